@@ -1,0 +1,211 @@
+"""Spark over bolide streams: format("bolide") reads and the archive job, against raw reads.
+
+The same records (``--records`` of ``--payload`` bytes with two headers, over two partitions)
+are read three ways, best of ``--repeat`` each:
+
+* raw: one confluent-kafka consumer in this process, from offset 0 to the end;
+* format("bolide"): a Spark batch read in ``local[2]`` (one task per partition), forced
+  through every column by an aggregate;
+* archive job: Structured Streaming into a fresh SQLite store (``availableNow``, 10,000 records
+  per micro-batch), a new checkpoint each run.
+
+Spark's times include planning and task start; the first run in a session warms the Python
+workers and is not counted. Run ``python -m benchmarks.bench_spark --help`` from the repository
+root, or ``bolide bench --only spark``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from bolide.facade import Cluster, StreamConfig
+from bolide.facade._kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
+
+__all__ = ["main"]
+
+NAME = "spark"
+PARTITIONS = 2
+
+
+def _fill(cluster: Cluster, stream: StreamConfig, records: int, payload: int) -> None:
+    ensure_topic(cluster, stream)
+    producer = Producer(cluster.client_config(PRODUCER_DEFAULTS, {"linger.ms": 5}))
+    body = b"x" * payload
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(
+                    stream.name,
+                    value=body,
+                    key=str(i % 64).encode(),
+                    partition=i % PARTITIONS,
+                    headers=[("i", str(i).encode()), ("source", b"bench")],
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("records were not acknowledged within 60 s")
+
+
+def _raw(cluster: Cluster, stream: StreamConfig, records: int) -> int:
+    ends = log_ends(cluster, stream.name, range(PARTITIONS))
+    consumer = Consumer(
+        cluster.client_config(
+            CONSUMER_DEFAULTS,
+            {"group.id": f"bench-{uuid.uuid4().hex}", "enable.partition.eof": True},
+        )
+    )
+    consumer.assign([TopicPartition(stream.name, p, 0) for p in range(PARTITIONS)])
+    count, done, total = 0, set(), 0
+    try:
+        while len(done) < PARTITIONS:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                err = msg.error()
+                if err is not None:
+                    if (
+                        err.code() == KafkaError._PARTITION_EOF
+                        and msg.offset() >= ends[msg.partition()]
+                    ):
+                        done.add(msg.partition())
+                    continue
+                count += 1
+                total += len(msg.value() or b"")
+    finally:
+        consumer.close()
+    if count != records:
+        raise RuntimeError(f"raw consumer read {count} records, expected {records}")
+    return total
+
+
+def _best(repeat: int, fn: Callable[[], Any]) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, Any]:
+    """Fill a stream, then time the three readers; return seconds and records/s of each."""
+    from bolide.spark import archive, kafka_options, spark_session
+    from bolide.stores import SqlStore
+
+    stream = StreamConfig(
+        name=f"bench-spark-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS, global_order=False
+    )
+    _fill(cluster, stream, records, payload)
+    spark = spark_session("bolide-bench")
+    options = kafka_options(stream, cluster, startingOffsets="earliest", includeHeaders=True)
+
+    def source() -> None:
+        df = spark.read.format("bolide").options(**options).load()
+        row = df.selectExpr(
+            "count(*) AS n", "sum(length(value)) AS b", "sum(size(headers)) AS h"
+        ).first()
+        if row is None or row["n"] != records or row["h"] != 2 * records:
+            raise RuntimeError(f"format('bolide') read {row}, expected {records} records")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = iter(range(1_000))
+
+        def archive_job() -> None:
+            n = next(runs)
+            url = f"sqlite:///{Path(tmp) / f'history-{n}.db'}"
+            with SqlStore(url) as store:
+                store.upgrade()
+            archive(
+                spark,
+                stream,
+                url,
+                str(Path(tmp) / f"ckpt-{n}"),
+                bootstrap=cluster,
+                max_offsets_per_trigger=10_000,
+            )
+            with SqlStore(url) as store:
+                stored = sum(len(store.read(stream.name, p, 0, records)) for p in range(PARTITIONS))
+            if stored != records:
+                raise RuntimeError(f"archive stored {stored} records, expected {records}")
+
+        _raw(cluster, stream, records)  # warm the broker's cache alike for everyone
+        source()  # warm Spark's Python workers
+        seconds = {
+            "raw confluent-kafka consumer": _best(repeat, lambda: _raw(cluster, stream, records)),
+            "format('bolide') batch read": _best(repeat, source),
+            "archive job into SQLite": _best(repeat, archive_job),
+        }
+    return {k: {"seconds": v, "records_per_s": records / v} for k, v in seconds.items()}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench_spark", description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+    parser.add_argument(
+        "--records", type=positive_int, default=100_000, help="records in the stream"
+    )
+    parser.add_argument(
+        "--payload", type=positive_int, default=100, help="payload bytes per record"
+    )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=2, help="runs per reader (best kept)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; print a table (or JSON); return 0 (2 on a usage error)."""
+    args = _parser().parse_args(argv)
+    try:
+        import pyspark  # noqa: F401 - only checks the extra is installed
+    except ImportError:
+        print("bench_spark: needs PySpark: pip install 'bolide[spark]'", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    with broker_cluster(args.bootstrap) as (cluster, broker):
+        results = run(cluster, args.records, args.payload, args.repeat)
+    elapsed = time.monotonic() - started
+    raw = results["raw confluent-kafka consumer"]["records_per_s"]
+    if args.json:
+        doc = {
+            "benchmark": NAME,
+            "broker": broker,
+            "machine": machine_info(),
+            "elapsed_s": round(elapsed, 1),
+            "settings": {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}},
+            "results": results,
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    rows = [
+        [
+            name,
+            f"{r['records_per_s']:,.0f}",
+            f"{r['seconds']:.2f}",
+            f"{r['records_per_s'] / raw:.2f}x",
+        ]
+        for name, r in results.items()
+    ]
+    print(
+        f"## spark ({args.records:,} records of {args.payload} B over {PARTITIONS} partitions, "
+        f"local[2]; {broker}, {elapsed:.0f} s)\n"
+    )
+    print(markdown_table(["reader", "records/s", "seconds", "vs raw"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

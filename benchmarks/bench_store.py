@@ -1,0 +1,382 @@
+"""History store throughput: bolide's writes and reads against plain SQLAlchemy Core.
+
+For SQLite (a temporary file) and PostgreSQL (a fresh schema), with the same rows:
+
+- ingest: ``SqlStore.store_all`` in batches (the archiver's write path: idempotent inserts that
+  report the new rows) against a plain Core ``executemany`` of the same rows, the ceiling;
+- archive: the ``Archiver`` end to end from Kafka, timed from its first committed batch to
+  caught up (the group join, a broker matter, is left out), against the same ceiling;
+- read: ``SqlStore.read`` in keyset pages, building ``Record`` objects, against one plain Core
+  ``SELECT`` of the same rows and headers.
+
+Run ``python -m benchmarks.bench_store --help`` from the repository root, or ``bolide bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade._kafka import LOG_START_OVERRIDES_ENV
+from bolide.stores import Archiver, SqlStore
+from bolide.stores._schema import HEADERS, RECORDS
+
+__all__ = ["Row", "main", "run"]
+
+NAME = "store"
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@dataclass
+class Row:
+    """One measured operation: bolide's rows/s and the plain Core ceiling's."""
+
+    database: str
+    operation: str
+    rows: int
+    bolide_rows_s: float
+    core_rows_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.bolide_rows_s / self.core_rows_s if self.core_rows_s else 0.0
+
+
+def make_records(count: int, payload: int, headers: int, partition: int = 0) -> list[Record]:
+    """Records as if published: offsets 0..count-1, a key, ``headers`` headers each."""
+    out = []
+    body = b"x" * payload
+    for i in range(count):
+        rec = Record(body, key=f"key-{i % 100}".encode())
+        rec.headers = [(f"h{j}", f"value-{i}-{j}".encode()) for j in range(headers)]
+        rec.partition, rec.offset, rec.timestamp_ms = partition, i, 1_700_000_000_000 + i
+        out.append(rec)
+    return out
+
+
+def _core_rows(stream: str, records: Sequence[Record]) -> tuple[list[dict[str, Any]], list[Any]]:
+    rows = [
+        {
+            "stream": stream,
+            "kafka_partition": r.partition,
+            "kafka_offset": r.offset,
+            "timestamp_ms": r.timestamp_ms,
+            "key": r.key,
+            "payload": r.data,
+        }
+        for r in records
+    ]
+    headers = [
+        {
+            "stream": stream,
+            "kafka_partition": r.partition,
+            "kafka_offset": r.offset,
+            "header_index": i,
+            "name": name,
+            "value": value,
+        }
+        for r in records
+        for i, (name, value) in enumerate(r.headers)
+    ]
+    return rows, headers
+
+
+def core_ingest(engine: sa.Engine, stream: str, records: Sequence[Record], batch: int) -> float:
+    """Plain Core executemany of the same rows, one transaction per batch; rows/s."""
+    started = time.perf_counter()
+    for i in range(0, len(records), batch):
+        rows, headers = _core_rows(stream, records[i : i + batch])
+        with engine.begin() as conn:
+            conn.execute(sa.insert(RECORDS), rows)
+            if headers:
+                conn.execute(sa.insert(HEADERS), headers)
+    return len(records) / (time.perf_counter() - started)
+
+
+def store_ingest(store: SqlStore, stream: str, records: Sequence[Record], batch: int) -> float:
+    """``SqlStore.store_all`` per batch; rows/s."""
+    started = time.perf_counter()
+    for i in range(0, len(records), batch):
+        store.store_all(stream, records[i : i + batch])
+    return len(records) / (time.perf_counter() - started)
+
+
+def core_read(engine: sa.Engine, stream: str) -> float:
+    """One plain Core SELECT of a partition's rows and headers; rows/s."""
+    r, h = RECORDS.c, HEADERS.c
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(r.kafka_offset, r.timestamp_ms, r.key, r.payload)
+            .where(r.stream == stream, r.kafka_partition == 0)
+            .order_by(r.kafka_offset)
+        ).all()
+        conn.execute(
+            sa.select(h.kafka_offset, h.name, h.value)
+            .where(h.stream == stream, h.kafka_partition == 0)
+            .order_by(h.kafka_offset, h.header_index)
+        ).all()
+    return len(rows) / (time.perf_counter() - started)
+
+
+def store_read(store: SqlStore, stream: str, page: int) -> float:
+    """``SqlStore.read`` in keyset pages of ``page``; rows/s."""
+    started = time.perf_counter()
+    position, total = 0, 0
+    while True:
+        got = store.read(stream, 0, position, page)
+        if not got:
+            break
+        total += len(got)
+        position = (got[-1].offset or 0) + 1
+    return total / (time.perf_counter() - started)
+
+
+def archive(
+    cluster: Cluster, store: SqlStore, records: Sequence[Record], batch: int
+) -> tuple[float, int, str]:
+    """Publish ``records`` to a fresh stream, archive them; rows/s after the first batch."""
+    stream = StreamConfig(name=f"bench-store-{uuid.uuid4().hex[:10]}")
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for rec in records:
+            fresh = Record(rec.data, key=rec.key, headers=rec.headers)
+            pub.publish_async(fresh)
+        pub.flush(120)
+    marks: list[tuple[float, int]] = []
+    archiver = Archiver(
+        cluster,
+        store,
+        [stream],
+        group=f"bench-{uuid.uuid4().hex[:8]}",
+        batch_size=batch,
+        consumer_config={"session.timeout.ms": 4000, "heartbeat.interval.ms": 500},
+        progress=lambda s: marks.append((time.perf_counter(), s.records)),
+        progress_interval_s=0.0,
+    )
+    archiver.run(until_caught_up=True)
+    first = next((m for m in marks if m[1] > 0), None)
+    end = marks[-1]
+    if first is None or end[1] <= first[1]:
+        return 0.0, end[1], stream.name
+    return (end[1] - first[1]) / (end[0] - first[0]), end[1], stream.name
+
+
+def _read_all(cluster: Cluster, stream: StreamConfig, count: int) -> float:
+    """Records/s of an EARLIEST subscriber reading ``count`` records of ``stream``."""
+    config = SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+    with Subscriber(cluster, config) as sub:
+        started = time.perf_counter()
+        deadline = started + 120
+        seen = 0
+        while seen < count and time.perf_counter() < deadline:
+            seen += len(sub.poll(1_000))
+        return seen / (time.perf_counter() - started)
+
+
+def spliced_read(
+    cluster: Cluster, store: SqlStore, topic: str, count: int, repeat: int
+) -> tuple[float, float]:
+    """Best records/s of a plain Kafka read and of a spliced read of the same archived topic.
+
+    The spliced reader sees Kafka's log start raised to half the topic (through the log-start
+    seam, since the embedded broker never trims), so it reads the first half from SQL.
+    """
+    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
+        seam = Path(tmp) / "log-starts.json"
+        seam.write_text(json.dumps({topic: {"0": count // 2}}))
+        previous = os.environ.get(LOG_START_OVERRIDES_ENV)
+        plain = StreamConfig(name=topic)
+        spliced = StreamConfig(name=topic, store=store)
+        best_plain = best_spliced = 0.0
+        try:
+            for _ in range(repeat):
+                os.environ.pop(LOG_START_OVERRIDES_ENV, None)
+                best_plain = max(best_plain, _read_all(cluster, plain, count))
+                os.environ[LOG_START_OVERRIDES_ENV] = str(seam)
+                best_spliced = max(best_spliced, _read_all(cluster, spliced, count))
+        finally:
+            if previous is None:
+                os.environ.pop(LOG_START_OVERRIDES_ENV, None)
+            else:
+                os.environ[LOG_START_OVERRIDES_ENV] = previous
+    return best_plain, best_spliced
+
+
+@contextmanager
+def _databases(pg_url: str | None) -> Iterator[list[tuple[str, str]]]:
+    """Yield ``[(name, url)]``: a temporary SQLite file and, if reachable, a PG schema."""
+    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
+        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        admin = None
+        if pg_url:
+            admin = sa.create_engine(pg_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+            try:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+                dbs.append(("postgresql", f"{pg_url}?options=-csearch_path%3D{schema}"))
+            except sa.exc.OperationalError as exc:
+                print(f"[bench_store] PostgreSQL skipped: {exc.orig}", file=sys.stderr)
+                admin = None
+        try:
+            yield dbs
+        finally:
+            if admin is not None:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+                admin.dispose()
+
+
+def _alternate(
+    repeat: int, core: Callable[[int], float], ours: Callable[[int], float]
+) -> tuple[float, float]:
+    """Best rows/s of each side over ``repeat`` alternating runs."""
+    best_core = best_ours = 0.0
+    for i in range(repeat):
+        best_core = max(best_core, core(i))
+        best_ours = max(best_ours, ours(i))
+    return best_core, best_ours
+
+
+def run(
+    *,
+    records: int,
+    payload: int,
+    headers: int,
+    batch: int,
+    repeat: int,
+    pg_url: str | None,
+    cluster: Cluster | None,
+) -> list[Row]:
+    """Measure every operation on every database; return the rows of the table."""
+    data = make_records(records, payload, headers)
+    out: list[Row] = []
+    with _databases(pg_url) as dbs:
+        for name, url in dbs:
+            out.extend(_measure(name, url, data, batch, repeat, cluster))
+    return out
+
+
+def _measure(
+    name: str,
+    url: str,
+    data: Sequence[Record],
+    batch: int,
+    repeat: int,
+    cluster: Cluster | None,
+) -> list[Row]:
+    out: list[Row] = []
+    with SqlStore(url) as store:
+        store.upgrade()
+        engine = store.engine
+        # Alternate the two sides run by run, so drift in the machine's load hits both alike.
+        core_w, ours_w = _alternate(
+            repeat,
+            lambda i: core_ingest(engine, f"core-{i}", data, batch),
+            lambda i: store_ingest(store, f"ours-{i}", data, batch),
+        )
+        out.append(Row(name, f"ingest (batches of {batch})", len(data), ours_w, core_w))
+        if cluster is not None:
+            rate, count, topic = archive(cluster, store, data, batch)
+            out.append(Row(name, "archive from Kafka", count, rate, core_w))
+            plain_rate, spliced_rate = spliced_read(cluster, store, topic, count, repeat)
+            out.append(
+                Row(name, "spliced read (half SQL) vs Kafka poll", count, spliced_rate, plain_rate)
+            )
+        core_r, ours_r = _alternate(
+            repeat,
+            lambda _: core_read(engine, "core-0"),
+            lambda _: store_read(store, "ours-0", 1_000),
+        )
+        out.append(Row(name, "read (pages of 1000)", len(data), ours_r, core_r))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print a table (or JSON); return the exit code."""
+    parser = argparse.ArgumentParser(prog="bench_store", description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=positive_int, default=20_000, help="rows per run (20000)")
+    parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
+    parser.add_argument("--headers", type=int, default=1, help="headers per record (1)")
+    parser.add_argument(
+        "--batch", type=positive_int, default=2_000, help="rows per transaction (2000)"
+    )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=3, help="runs per measure, best kept (3)"
+    )
+    parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL ('' to skip)")
+    parser.add_argument("--bootstrap", default=None, help="Kafka (default: an embedded broker)")
+    parser.add_argument("--no-kafka", action="store_true", help="skip the archiver measure")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    params = {
+        "records": args.records,
+        "payload": args.payload,
+        "headers": args.headers,
+        "batch": args.batch,
+        "repeat": args.repeat,
+        "pg_url": args.pg or None,
+    }
+    if args.no_kafka:
+        rows, broker = run(**params, cluster=None), "none"
+    else:
+        with broker_cluster(args.bootstrap) as (cluster, broker):
+            rows = run(**params, cluster=cluster)
+    if args.json:
+        doc = {
+            "benchmark": NAME,
+            "machine": machine_info(),
+            "broker": broker,
+            "params": {k: v for k, v in params.items() if k != "pg_url"},
+            "rows": [dict(asdict(r), ratio=round(r.ratio, 3)) for r in rows],
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(
+        f"History store, {args.records} records of {args.payload} B with {args.headers} "
+        f"header(s); best of {args.repeat}; broker: {broker}\n"
+    )
+    print(
+        markdown_table(
+            ["database", "operation", "rows", "bolide rows/s", "plain Core rows/s", "ratio"],
+            [
+                [
+                    r.database,
+                    r.operation,
+                    r.rows,
+                    f"{r.bolide_rows_s:,.0f}",
+                    f"{r.core_rows_s:,.0f}",
+                    f"{r.ratio:.2f}x",
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Meteor's streaming API on Kafka: publishers, streams, subscriber groups, receivers."""
+
+from bolide.facade._sequence import Reason, sequence_headers
+from bolide.facade.avro import AvroSerde
+from bolide.facade.broker import EmbeddedBroker
+from bolide.facade.config import (
+    Cluster,
+    HistoryStore,
+    InitialOffsetScheme,
+    PublisherConfig,
+    StreamConfig,
+    SubscriberConfig,
+)
+from bolide.facade.errors import (
+    BolideError,
+    BrokerError,
+    DurableClientBusyError,
+    DurableClientError,
+    IllegalSubscriberStateError,
+    InvalidInitialOffsetSchemeError,
+    NotAssignedError,
+    OffsetLoadError,
+    OffsetOutOfRangeError,
+    PublishError,
+    ReceiverAlreadyAttachedError,
+    ResequencerFullError,
+    SchemaIncompatibleError,
+    SchemaNotFoundError,
+    SchemaOutOfDateError,
+    SerializationError,
+    StoreError,
+    StreamConfigMismatchError,
+)
+from bolide.facade.publisher import PublishCallback, Publisher
+from bolide.facade.receiver import Receiver
+from bolide.facade.record import Record, RecordBatch
+from bolide.facade.resequencer import Resequencer, ResequencerMetrics, publish_sequence
+from bolide.facade.schema_registry import (
+    Compatibility,
+    ConfluentSchemaRegistry,
+    MemorySchemaRegistry,
+    RegisteredSchema,
+    SchemaRegistry,
+)
+from bolide.facade.subscriber import Subscriber
+
+__all__ = [
+    "AvroSerde",
+    "BolideError",
+    "BrokerError",
+    "Cluster",
+    "Compatibility",
+    "ConfluentSchemaRegistry",
+    "DurableClientBusyError",
+    "DurableClientError",
+    "EmbeddedBroker",
+    "HistoryStore",
+    "IllegalSubscriberStateError",
+    "InitialOffsetScheme",
+    "InvalidInitialOffsetSchemeError",
+    "MemorySchemaRegistry",
+    "NotAssignedError",
+    "OffsetLoadError",
+    "OffsetOutOfRangeError",
+    "PublishCallback",
+    "PublishError",
+    "Publisher",
+    "PublisherConfig",
+    "Reason",
+    "Receiver",
+    "ReceiverAlreadyAttachedError",
+    "Record",
+    "RecordBatch",
+    "RegisteredSchema",
+    "Resequencer",
+    "ResequencerFullError",
+    "ResequencerMetrics",
+    "SchemaIncompatibleError",
+    "SchemaNotFoundError",
+    "SchemaOutOfDateError",
+    "SchemaRegistry",
+    "SerializationError",
+    "StoreError",
+    "StreamConfig",
+    "StreamConfigMismatchError",
+    "Subscriber",
+    "SubscriberConfig",
+    "publish_sequence",
+    "sequence_headers",
+]

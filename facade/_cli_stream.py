@@ -1,0 +1,449 @@
+"""``bolide publish`` and ``bolide tail``: kcat-like shims over Publisher and Subscriber.
+
+``publish`` sends one value, or one record per line of standard input, with an optional key
+or message group, headers, and Avro encoding through the SQL schema registry. ``tail`` prints
+records (partition, offset, key, headers, value) from the end, the beginning, an offset or a
+point in time, ungrouped by default or in a subscriber group, and decodes Avro.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.errors import BolideError, SerializationError
+
+__all__ = ["parse_time_ms", "register"]
+
+log = logging.getLogger("bolide.cli")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bolide publish`` and ``bolide tail``."""
+    pub = subparsers.add_parser(
+        "publish",
+        help="publish records to a stream (kcat -P)",
+        description="Publish VALUE, or one record per line of standard input when VALUE is "
+        "'-' or absent. Prints stream[partition]@offset per record. The stream's topic is "
+        "created if missing (with --partitions, default 1).",
+    )
+    pub.add_argument("value", nargs="?", default="-", help="the value; '-' reads stdin lines")
+    _stream_args(pub)
+    pub.add_argument("--key", default=None, help="Kafka key of every record")
+    pub.add_argument("--group", default=None, help="message group (becomes the key)")
+    pub.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="header for every record (repeatable; names may repeat)",
+    )
+    pub.add_argument(
+        "--partitions", type=int, default=None, help="partitions of a new topic (default 1)"
+    )
+    pub.add_argument("--json", action="store_true", help="print one JSON object per record")
+    pub.set_defaults(func=_publish, parser=pub)
+
+    tail = subparsers.add_parser(
+        "tail",
+        help="print records of a stream (kcat -C)",
+        description="Print each record's partition, offset, key, headers and value. Starts "
+        "at the end unless told otherwise; stops after --count records, at the end with "
+        "--exit-at-end, or on Ctrl-C.",
+    )
+    _stream_args(tail)
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="from the first record")
+    start.add_argument(
+        "--from-offset", type=int, default=None, metavar="N", help="from offset N (each partition)"
+    )
+    start.add_argument(
+        "--from-time",
+        default=None,
+        metavar="WHEN",
+        help="from the first record at or after WHEN: ISO 8601 (UTC unless it has an "
+        "offset) or epoch milliseconds",
+    )
+    tail.add_argument("--partition", type=int, default=None, help="only this partition")
+    tail.add_argument("--count", type=int, default=None, metavar="N", help="stop after N records")
+    tail.add_argument(
+        "-e", "--exit-at-end", action="store_true", help="stop once the end is reached"
+    )
+    tail.add_argument(
+        "--group",
+        default=None,
+        help="read in this subscriber group (resumes from its confirmed offsets; confirms "
+        "what it prints)",
+    )
+    tail.add_argument(
+        "--lease-timeout-ms",
+        type=int,
+        default=10_000,
+        help="with --group: the member's lease (session timeout), default 10000",
+    )
+    tail.add_argument("--json", action="store_true", help="print one JSON object per record")
+    tail.set_defaults(func=_tail, parser=tail)
+
+
+def _stream_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stream", required=True, help="the stream (topic)")
+    add_bootstrap_argument(parser)
+    parser.add_argument(
+        "--avro-schema",
+        default=None,
+        metavar="FILE",
+        help="Avro schema file: values are JSON encoded to (or decoded from) Avro with the "
+        "SQL schema registry of --db",
+    )
+    add_db_argument(parser)
+
+
+def _cluster(args: argparse.Namespace) -> Any:
+    from bolide.facade.config import Cluster
+
+    if not args.bootstrap:
+        args.parser.error("--bootstrap is required (or set $BOLIDE_BOOTSTRAP)")
+    return Cluster(args.bootstrap)
+
+
+def _serde(args: argparse.Namespace) -> Any:
+    if args.avro_schema is None:
+        return None
+    if not args.db:
+        args.parser.error("--avro-schema needs --db (the SQL schema registry), or $BOLIDE_DB")
+    from bolide.facade.avro import AvroSerde
+
+    try:
+        schema = Path(args.avro_schema).read_text(encoding="utf-8")
+    except OSError as exc:
+        args.parser.error(f"cannot read --avro-schema: {exc}")
+    return AvroSerde(schema, registry=args.db)
+
+
+def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None) -> Any:
+    from bolide.facade._kafka import _partition_count, admin_client
+    from bolide.facade.config import StreamConfig
+
+    try:
+        StreamConfig(name=args.stream)  # a usage error before any network round trip
+    except (ValueError, TypeError) as exc:
+        args.parser.error(str(exc))
+    if partitions is None:
+        try:
+            partitions = _partition_count(admin_client(cluster), args.stream) or 1
+        except Exception as exc:  # the admin client raises KafkaException
+            raise BolideError(
+                f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}"
+            ) from None
+    try:
+        return StreamConfig(name=args.stream, partitions=partitions, global_order=partitions == 1)
+    except (ValueError, TypeError) as exc:
+        args.parser.error(str(exc))
+
+
+# -- publish ------------------------------------------------------------------------------
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from bolide.facade.config import PublisherConfig
+    from bolide.facade.publisher import Publisher
+    from bolide.facade.record import Record
+
+    if args.key is not None and args.group is not None:
+        args.parser.error("--key and --group contradict each other: a group is the key")
+    if args.partitions is not None and args.partitions < 1:
+        args.parser.error("--partitions must be at least 1")
+    headers = []
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            args.parser.error(f"--header expects NAME=VALUE, got {item!r}")
+        headers.append((name, value.encode()))
+    cluster = _cluster(args)
+    serde = _serde(args)
+    stream = _stream(args, cluster, args.partitions)
+    values = _lines(sys.stdin) if args.value == "-" else iter([args.value])
+    log.info(
+        "publishing to %s (%d partitions) at %s%s",
+        stream.name,
+        stream.partitions,
+        cluster.bootstrap_servers,
+        " from standard input" if args.value == "-" else "",
+    )
+    sent = 0
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for text in values:
+            data = _encode(serde, text, stream.name)
+            record = Record(data, key=args.key, headers=headers, group=args.group)
+            offset = pub.publish(record)
+            sent += 1
+            if args.json:
+                print(
+                    json.dumps(
+                        {"stream": stream.name, "partition": record.partition, "offset": offset}
+                    ),
+                    flush=True,
+                )
+            else:
+                print(f"{stream.name}[{record.partition}]@{offset}", flush=True)
+    if sent == 0:
+        print("bolide publish: no input lines, nothing published", file=sys.stderr)
+    return 0
+
+
+def _lines(stream: Any) -> Iterator[str]:
+    for line in stream:
+        yield line.rstrip("\r\n")
+
+
+def _encode(serde: Any, text: str, stream: str) -> bytes:
+    if serde is None:
+        return text.encode()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SerializationError(f"with --avro-schema each value must be JSON: {exc}") from None
+    data: bytes = serde.encode(value, stream=stream)
+    return data
+
+
+# -- tail ---------------------------------------------------------------------------------
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds from ``text``: digits (already milliseconds) or ISO 8601.
+
+    An ISO 8601 time without a UTC offset is taken as UTC.
+
+    Raises:
+        ValueError: ``text`` is neither.
+    """
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--from-time {text!r} is neither epoch milliseconds nor ISO 8601"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from bolide.facade._kafka import log_ends, log_starts, probe_consumer
+    from bolide.facade.config import InitialOffsetScheme, SubscriberConfig
+    from bolide.facade.subscriber import Subscriber
+
+    chosen = (args.from_beginning, args.from_offset is not None, args.from_time is not None)
+    if args.group is not None and (any(chosen) or args.exit_at_end):
+        args.parser.error(
+            "--group resumes from the group's confirmed offsets: it takes no --from-* "
+            "or --exit-at-end"
+        )
+    for name in ("count", "from_offset", "partition"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            args.parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.lease_timeout_ms < 1_000:
+        args.parser.error("--lease-timeout-ms must be at least 1000")
+    when = None
+    if args.from_time is not None:
+        try:
+            when = parse_time_ms(args.from_time)
+        except ValueError as exc:
+            args.parser.error(str(exc))
+    cluster = _cluster(args)
+    serde = _serde(args)
+    stream = _stream(args, cluster, None)
+    if args.partition is not None and args.partition >= stream.partitions:
+        args.parser.error(f"--partition {args.partition}: {stream.name!r} has {stream.partitions}")
+    parts = [args.partition] if args.partition is not None else list(range(stream.partitions))
+    scheme = InitialOffsetScheme.EARLIEST if args.from_beginning else InitialOffsetScheme.LATEST
+    if args.group is not None:
+        scheme = InitialOffsetScheme.AUTO
+    config = SubscriberConfig(
+        stream=stream,
+        group=args.group,
+        initial_offset_scheme=scheme,
+        lease_timeout_ms=args.lease_timeout_ms,
+    )
+    with Subscriber(cluster, config) as sub:
+        # Where each partition starts, and where it ends now (for --exit-at-end).
+        ends = log_ends(cluster, stream.name, parts) if args.exit_at_end else {}
+        starts = dict(ends)
+        if args.from_offset is not None:
+            starts = {p: min(args.from_offset, ends.get(p, args.from_offset)) for p in parts}
+            for p in parts:
+                sub.seek(args.from_offset, partition=p)
+        elif when is not None:
+            starts = _offsets_for_time(cluster, stream.name, parts, when)
+            for p, offset in starts.items():
+                sub.seek(offset, partition=p)
+        elif args.from_beginning and ends:
+            consumer = probe_consumer(cluster)
+            try:
+                starts = log_starts(consumer, stream.name, parts)
+            finally:
+                consumer.close()
+        log.info(
+            "tailing %s at %s from %s%s",
+            stream.name,
+            cluster.bootstrap_servers,
+            starts or ("the group's confirmed offsets" if args.group else "the end"),
+            f" to {ends}" if ends else "",
+        )
+        return _print_records(args, sub, serde, starts, ends)
+
+
+def _offsets_for_time(cluster: Any, topic: str, parts: list[int], when: int) -> dict[int, int]:
+    """The first offset at or after ``when`` per partition (the end when there is none).
+
+    Asks the broker (``offsets_for_times``), then checks its answer against the records'
+    timestamps; an answer that does not hold (the embedded broker ignores the timestamp and
+    answers 0) is replaced by a binary search over the partition.
+    """
+    from bolide.facade._kafka import log_ends, log_starts, probe_consumer
+
+    ends = log_ends(cluster, topic, parts)
+    consumer = probe_consumer(cluster)
+    try:
+        try:
+            found = consumer.offsets_for_times([TopicPartition(topic, p, when) for p in parts], 10)
+        except Exception as exc:  # KafkaException: the broker refused the lookup
+            raise BolideError(f"cannot look up offsets by time on {topic!r}: {exc}") from None
+        starts = log_starts(consumer, topic, parts)
+        out: dict[int, int] = {}
+        for tp in found:
+            p, end, start = tp.partition, ends[tp.partition], starts[tp.partition]
+            answer = tp.offset if 0 <= tp.offset <= end else end
+            at = _Reader(consumer, topic, p)
+            if not at.holds(answer, when, start, end):
+                answer = at.search(when, start, end)
+            out[p] = answer
+        return out
+    finally:
+        consumer.close()
+
+
+class _Reader:
+    """Reads single records of one partition by offset, for the time lookup."""
+
+    def __init__(self, consumer: Any, topic: str, partition: int) -> None:
+        self.consumer, self.topic, self.partition = consumer, topic, partition
+
+    def at(self, offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp_ms)`` of the first record at or after ``offset``, or None."""
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+        for _ in range(100):  # up to 10 s
+            msg = self.consumer.poll(0.1)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is None and msg.offset() >= offset:
+                return int(msg.offset()), int(msg.timestamp()[1])
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                return None
+        raise BolideError(f"cannot read {self.topic}[{self.partition}] at offset {offset}")
+
+    def holds(self, answer: int, when: int, start: int, end: int) -> bool:
+        """True when ``answer`` is the first position at or after ``when``."""
+        if answer < end:
+            first = self.at(answer)
+            if first is None or first[1] < when:
+                return False
+        if answer > start:
+            before = self.at(answer - 1)
+            if before is not None and before[0] < answer and before[1] >= when:
+                return False
+        return True
+
+    def search(self, when: int, start: int, end: int) -> int:
+        """Binary search for the first position whose record is at or after ``when``."""
+        lo, hi = start, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self.at(mid)
+            if found is None or found[1] >= when:
+                hi = mid
+            else:
+                lo = found[0] + 1
+        return lo
+
+
+def _print_records(
+    args: argparse.Namespace,
+    sub: Any,
+    serde: Any,
+    positions: dict[int, int],
+    ends: dict[int, int],
+) -> int:
+    """Print records until ``--count`` or, with ``ends``, until every position reaches it."""
+    printed = 0
+    while args.count is None or printed < args.count:
+        if ends and all(positions[p] >= end for p, end in ends.items()):
+            break
+        shown: dict[int, int] = {}  # partition -> last offset printed in this batch
+        for record in sub.poll(200):
+            if args.partition is not None and record.partition != args.partition:
+                continue
+            positions[record.partition] = record.offset + 1
+            print(_render(record, serde, as_json=args.json), flush=True)
+            shown[record.partition] = record.offset
+            printed += 1
+            if args.count is not None and printed >= args.count:
+                break
+        if args.group is not None:
+            for partition, offset in shown.items():  # only what was printed: not the batch
+                sub.confirm(offset, partition=partition)
+    return 0
+
+
+def _render(record: Any, serde: Any, *, as_json: bool) -> str:
+    from bolide.stores.cli import _bytes  # the same byte rendering as `bolide sql`
+
+    value: Any
+    if serde is not None:
+        try:
+            value = serde.decode(
+                record.data, stream=record.stream, partition=record.partition, offset=record.offset
+            )
+        except SerializationError as exc:
+            print(f"bolide tail: warning: {exc}", file=sys.stderr)
+            value = _bytes(record.data)
+    else:
+        value = _bytes(record.data)
+    key = _bytes(record.key) if record.key is not None else None
+    headers = [[name, _bytes(raw)] for name, raw in record.headers]
+    if as_json:
+        return json.dumps(
+            {
+                "stream": record.stream,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "key": key,
+                "headers": headers,
+                "value": value,
+            },
+            default=str,
+        )
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    header_text = ",".join(f"{n}={v}" for n, v in headers)
+    return (
+        f"{record.partition}:{record.offset} key={key if key is not None else '-'} "
+        f"headers={header_text or '-'} {shown}"
+    )

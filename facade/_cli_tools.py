@@ -1,0 +1,86 @@
+"""``bolide bench``: runs the benchmarks of a source checkout (``benchmarks/run_all.py``).
+
+The benchmarks are not part of the installed package: they live beside the package folders in
+the repository, so the command finds them relative to this file (or ``--dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from bolide.facade import _cli_demo, _cli_stream
+from bolide.facade.cli import add_bootstrap_argument
+from bolide.facade.errors import BolideError
+
+__all__ = ["benchmarks_dir", "load_benchmarks", "register"]
+
+_PACKAGE = "benchmarks"
+
+
+def benchmarks_dir() -> Path:
+    """Where a source checkout keeps its benchmarks: ``<repo>/benchmarks``."""
+    return Path(__file__).resolve().parent.parent / _PACKAGE
+
+
+def load_benchmarks(folder: Path | None = None) -> ModuleType:
+    """Import ``benchmarks.run_all`` from ``folder`` (default: the source checkout's).
+
+    Raises:
+        BolideError: The folder, or its ``run_all.py``, is missing (e.g. bolide was installed
+            from a wheel, which does not ship the benchmarks).
+    """
+    folder = (folder or benchmarks_dir()).resolve()
+    init = folder / "__init__.py"
+    if not init.is_file() or not (folder / "run_all.py").is_file():
+        raise BolideError(
+            f"no benchmarks found at {folder}: `bolide bench` runs from a source checkout "
+            "(git clone the repository, then `pip install -e .`), or pass --dir"
+        )
+    loaded = sys.modules.get(_PACKAGE)
+    if loaded is None or Path(getattr(loaded, "__file__", "") or "").resolve() != init:
+        spec = importlib.util.spec_from_file_location(
+            _PACKAGE, init, submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[_PACKAGE] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"{_PACKAGE}.run_all")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    run_all = load_benchmarks(Path(args.dir) if args.dir else None)
+    argv: list[str] = []
+    for name in args.only or []:
+        argv += ["--only", name]
+    if args.json:
+        argv.append("--json")
+    if args.bootstrap:
+        argv += ["--bootstrap", args.bootstrap]
+    return int(run_all.main(argv))
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``bolide bench``, ``demo``, ``publish`` and ``tail``."""
+    bench = subparsers.add_parser(
+        "bench",
+        help="run the benchmarks (source checkout only)",
+        description="Run benchmarks/bench_*.py and print their tables (see docs/performance.md).",
+    )
+    bench.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run only this benchmark (facade, store, resequencer, avro, spark); repeatable",
+    )
+    bench.add_argument("--json", action="store_true", help="print one JSON document")
+    bench.add_argument("--dir", default=None, help="benchmarks folder (default: the checkout's)")
+    add_bootstrap_argument(bench)
+    bench.set_defaults(func=_bench)
+    _cli_demo.register(subparsers)
+    _cli_stream.register(subparsers)

@@ -1,0 +1,312 @@
+"""Kafka plumbing shared by publishers, subscribers and tools: client defaults, topics, ends.
+
+The end of a partition is never taken from ListOffsets alone: some brokers (the embedded Tansu
+among them) report a high watermark that points into the last produced batch. ``log_ends``
+confirms the end by reading forward from the reported one until the fetch says end-of-partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from bolide.facade.config import Cluster, StreamConfig
+from bolide.facade.errors import BrokerError, StreamConfigMismatchError
+
+T = TypeVar("T")
+
+__all__ = [
+    "CONSUMER_DEFAULTS",
+    "PRODUCER_DEFAULTS",
+    "FetchGaps",
+    "admin_client",
+    "ensure_topic",
+    "log_ends",
+    "log_starts",
+    "new_client",
+    "probe_consumer",
+]
+
+#: librdkafka's own log lines go to this logger instead of stderr.
+_KAFKA_LOG = logging.getLogger("bolide.kafka")
+
+#: Producer defaults: Meteor's per-publisher order across retries needs idempotence.
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 1,
+    "logger": _KAFKA_LOG,
+}
+
+#: Consumer defaults chosen for low latency; any of them can be overridden.
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "fetch.wait.max.ms": 10,
+    "fetch.queue.backoff.ms": 1,
+    "logger": _KAFKA_LOG,
+}
+
+_TIMEOUT_S = 10.0
+_known_topics: dict[tuple[str, str], int] = {}
+_topics_lock = threading.Lock()
+
+
+def new_client(factory: Callable[[dict[str, Any]], T], config: dict[str, Any], source: str) -> T:
+    """Build a librdkafka client, turning a refused setting into a ``ValueError``.
+
+    librdkafka checks every setting when the client is built, before it connects anywhere, so
+    an unknown name or a bad value is reported here, naming where it came from.
+    """
+    try:
+        return factory(config)
+    except KafkaException as exc:
+        raise ValueError(f"{source}: {exc.args[0].str()}") from exc
+
+
+def admin_client(cluster: Cluster) -> AdminClient:
+    """An AdminClient with the cluster's settings."""
+    return AdminClient(cluster.client_config({"logger": _KAFKA_LOG}))
+
+
+def _partition_count(admin: AdminClient, topic: str) -> int | None:
+    # A metadata request naming the topic may auto-create it on some brokers: list them all.
+    meta = admin.list_topics(timeout=_TIMEOUT_S)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return len(info.partitions)
+
+
+def _check_configs(admin: AdminClient, stream: StreamConfig) -> None:
+    wanted = stream.topic_settings()
+    if not wanted:
+        return
+    resource = ConfigResource(ConfigResource.Type.TOPIC, stream.name)
+    try:
+        described = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
+    except KafkaException:
+        return
+    # Some brokers (Tansu) describe nothing: only compare what they do report.
+    for key, value in wanted.items():
+        entry = described.get(key)
+        if entry is not None and entry.value is not None and str(entry.value) != value:
+            raise StreamConfigMismatchError(
+                f"topic {stream.name!r} has {key}={entry.value}, the stream config wants {value}",
+                stream=stream.name,
+            )
+
+
+def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
+    """Create the stream's topic if missing; check an existing one agrees with the config.
+
+    Returns:
+        The topic's partition count.
+
+    Raises:
+        StreamConfigMismatchError: The topic exists with other partitions or settings.
+        BrokerError: The broker could not be reached or refused to create the topic.
+    """
+    cache_key = (cluster.bootstrap_servers, stream.name)
+    with _topics_lock:
+        count = _known_topics.get(cache_key)
+        if count is None:
+            count = _create_or_describe(cluster, stream)
+            _known_topics[cache_key] = count
+    if count != stream.partitions:
+        raise StreamConfigMismatchError(
+            f"topic {stream.name!r} has {count} partitions, the stream config says "
+            f"{stream.partitions}",
+            stream=stream.name,
+        )
+    return count
+
+
+def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
+    admin = admin_client(cluster)
+    try:
+        count = _partition_count(admin, stream.name)
+        if count is None:
+            new = NewTopic(
+                stream.name,
+                num_partitions=stream.partitions,
+                replication_factor=stream.replication_factor,
+                config=stream.topic_settings(),
+            )
+            try:
+                admin.create_topics([new], operation_timeout=_TIMEOUT_S)[stream.name].result(
+                    timeout=_TIMEOUT_S
+                )
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+            count = _wait_for_topic(admin, stream.name)
+        else:
+            _check_configs(admin, stream)
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot create or describe topic {stream.name!r}: {exc}", stream=stream.name
+        ) from exc
+    return count
+
+
+def _wait_for_topic(admin: AdminClient, topic: str) -> int:
+    deadline = time.monotonic() + _TIMEOUT_S
+    while time.monotonic() < deadline:
+        count = _partition_count(admin, topic)
+        if count:
+            return count
+        time.sleep(0.05)
+    raise BrokerError(f"topic {topic!r} did not appear after creation", stream=topic)
+
+
+def forget_topic(cluster: Cluster, name: str) -> None:
+    """Drop a topic from the known-topics cache (after deleting it, or a broker restart)."""
+    with _topics_lock:
+        _known_topics.pop((cluster.bootstrap_servers, name), None)
+
+
+def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:
+    """A throwaway consumer for offset lookups; it never commits."""
+    return Consumer(
+        cluster.client_config(
+            CONSUMER_DEFAULTS,
+            {"group.id": f"bolide-probe-{uuid.uuid4().hex}", "enable.partition.eof": True},
+            extra,
+        )
+    )
+
+
+#: Names a JSON file ``{"topic": {"partition": offset}}`` of log starts to assume. A broker that
+#: never trims its log (the embedded one) can then stand in for one that has, across processes
+#: (Spark's Python workers included). It can only raise a log start, never lower it.
+LOG_START_OVERRIDES_ENV = "BOLIDE_LOG_START_OVERRIDES"
+
+
+def _log_start_overrides(topic: str) -> dict[int, int]:
+    path = os.environ.get(LOG_START_OVERRIDES_ENV)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    return {int(p): int(o) for p, o in data.get(topic, {}).items()}
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float, *, cached: bool
+) -> tuple[int, int]:
+    """The reported (low, high) watermarks; an unreachable broker is a ``BrokerError``."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s, cached=cached
+        )
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot read the offsets of {topic}[{partition}]: {exc.args[0].str()}",
+            stream=topic,
+            partition=partition,
+            retriable=True,
+        ) from exc
+    return int(low), int(high)
+
+
+def log_starts(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """First offset Kafka still holds, per partition (the one place that asks the broker)."""
+    overrides = _log_start_overrides(topic)
+    starts: dict[int, int] = {}
+    for p in partitions:
+        low = _watermarks(consumer, topic, p, _TIMEOUT_S, cached=False)[0]
+        starts[p] = max(low, overrides.get(p, 0))
+    return starts
+
+
+def log_ends(
+    cluster: Cluster, topic: str, partitions: Iterable[int], *, timeout_s: float = _TIMEOUT_S
+) -> dict[int, int]:
+    """The true end (next offset to be written) of each partition.
+
+    Reads forward from the reported high watermark until the fetch reports end-of-partition,
+    so a broker that reports a stale watermark still yields the real end.
+    """
+    parts = list(partitions)
+    consumer = probe_consumer(cluster)
+    try:
+        ends: dict[int, int] = {}
+        starts: list[TopicPartition] = []
+        for p in parts:
+            low, high = _watermarks(consumer, topic, p, timeout_s, cached=False)
+            ends[p] = high
+            if high > low:
+                # The reported end may point into the last batch: read on from just before it.
+                starts.append(TopicPartition(topic, p, max(low, high - 1)))
+        pending = {tp.partition for tp in starts}
+        if not pending:
+            return ends
+        consumer.assign(starts)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is None:
+                continue
+            err = msg.error()
+            part, offset = msg.partition(), msg.offset()
+            if part is None or offset is None:
+                continue
+            if err is None:
+                ends[part] = max(ends[part], offset + 1)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                ends[part] = max(ends[part], offset)
+                pending.discard(part)
+        if pending:
+            raise BrokerError(f"could not confirm the end of {topic!r} partitions {pending}")
+        return ends
+    finally:
+        consumer.close()
+
+
+class FetchGaps:
+    """Reads a partition again once from the expected offset when a fetch skipped ahead.
+
+    Offsets may be sparse (transaction markers, compaction), but a broker may also answer a
+    fetch before an earlier batch is visible (the embedded one does under concurrent
+    producers). One fetch again from the expected offset tells the two apart: a record that
+    shows up comes next, in order; a gap seen twice is a real gap. One instance per topic.
+
+    Attributes:
+        expected: Next offset expected from Kafka, per partition (callers on a hot path may
+            read and advance it themselves, calling ``refetch`` only when a fetch skips ahead).
+    """
+
+    __slots__ = ("_checked", "expected", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.expected: dict[int, int] = {}
+        self._checked: dict[int, int] = {}
+
+    def refetch(self, consumer: Consumer, msg: Message) -> bool:
+        """True when ``msg`` skipped ahead and its partition is being fetched again: drop it
+        and whatever else was fetched for that partition."""
+        partition, offset = msg.partition(), msg.offset()
+        if partition is None or offset is None:
+            return False
+        expected = self.expected.get(partition)
+        if expected is None or offset <= expected or self._checked.get(partition) == expected:
+            self._checked.pop(partition, None)
+            self.expected[partition] = offset + 1
+            return False
+        self._checked[partition] = expected
+        consumer.seek(TopicPartition(self.topic, partition, expected))
+        return True

@@ -1,0 +1,386 @@
+"""Typed, frozen configuration: the cluster, streams, publishers and subscribers.
+
+librdkafka settings pass through untouched as dicts of dotted keys (``"linger.ms"``,
+``"sasl.password"``) beside the typed fields; bolide never invents aliases for them.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from bolide.facade.errors import InvalidInitialOffsetSchemeError
+
+if TYPE_CHECKING:
+    from bolide.facade.record import Record
+
+__all__ = [
+    "Cluster",
+    "ErrorHandler",
+    "HistoryStore",
+    "InitialOffsetScheme",
+    "PublisherConfig",
+    "StreamConfig",
+    "SubscriberConfig",
+    "redact",
+    "redact_url",
+]
+
+ErrorHandler = Callable[[str, BaseException | None], None]
+
+_SECRET = re.compile(r"(password|secret|oauthbearer\.config|key\.pem|ssl\.key|credentials)", re.I)
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_SettingValue = str | int | float | bool
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of a librdkafka config with secret values replaced by ``'***'``."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in config.items()}
+
+
+_URL_PASSWORD = re.compile(r"(?<=://)([^:/@]*):[^@/]*@")
+
+
+def redact_url(url: str) -> str:
+    """Return a database URL with its password replaced by ``'***'``."""
+    return _URL_PASSWORD.sub(r"\1:***@", url)
+
+
+def _safe_repr(obj: Any) -> str:
+    """A dataclass repr that keeps librdkafka secrets and database passwords out."""
+    parts = []
+    for item in fields(obj):
+        if not item.repr:
+            continue
+        value = getattr(obj, item.name)
+        if isinstance(value, Mapping) and item.name.endswith("_config"):
+            value = redact(value)
+        elif isinstance(value, str) and "://" in value:
+            value = redact_url(value)
+        parts.append(f"{item.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+def _check_settings(name: str, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    if settings is None:
+        return {}
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"{name} must be a mapping of librdkafka settings")
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"{name}: setting names must be non-empty strings, got {key!r}")
+        if not (isinstance(value, _SettingValue) or callable(value)):
+            raise TypeError(
+                f"{name}: setting {key!r} must be str, int, float, bool or callable, "
+                f"not {type(value).__name__}"
+            )
+        out[key] = value
+    return out
+
+
+class Cluster:
+    """Connection settings shared by every client talking to one Kafka cluster.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        **overrides: Any librdkafka setting, by its dotted name, passed to every client
+            (``**{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}``).
+
+    Secret settings (passwords, keys) never appear in ``repr`` or logs.
+    """
+
+    __slots__ = ("_settings", "bootstrap_servers")
+
+    def __init__(self, bootstrap_servers: str, **overrides: Any) -> None:
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ValueError("bootstrap_servers must be a non-empty 'host:port' string")
+        if "bootstrap.servers" in overrides:
+            raise ValueError("bootstrap_servers: pass it as the first argument, not an override")
+        self.bootstrap_servers = bootstrap_servers.strip()
+        self._settings = _check_settings("Cluster overrides", overrides)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The librdkafka passthrough settings (a copy; secrets included)."""
+        return dict(self._settings)
+
+    def client_config(self, *layers: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Build a librdkafka config: bootstrap servers, cluster overrides, then ``layers``."""
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update(self._settings)
+        for layer in layers:
+            if layer:
+                config.update(layer)
+        return config
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.bootstrap_servers!r}, {redact(self._settings)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Cluster):
+            return NotImplemented
+        return (self.bootstrap_servers, self._settings) == (
+            other.bootstrap_servers,
+            other._settings,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.bootstrap_servers)
+
+
+@runtime_checkable
+class HistoryStore(Protocol):
+    """Hazelcast's RingbufferStore contract, per stream and partition (``SqlStore`` has it)."""
+
+    def store_all(self, stream: str, records: Sequence[Record]) -> int:
+        """Store records (idempotent on stream, partition, offset); return rows inserted."""
+        ...
+
+    def load(self, stream: str, partition: int, offset: int) -> Record | None:
+        """Return one record, or ``None``."""
+        ...
+
+    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
+        """Return up to ``limit`` records at or after ``from_offset``, in offset order."""
+        ...
+
+    def largest_offset(self, stream: str, partition: int) -> int | None:
+        """Return the largest stored offset, or ``None`` when nothing is stored."""
+        ...
+
+    def smallest_offset(self, stream: str, partition: int) -> int | None:
+        """Return the smallest stored offset, or ``None`` when nothing is stored."""
+        ...
+
+
+class InitialOffsetScheme(enum.Enum):
+    """Where a subscriber starts when it has no position (Meteor's table)."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    NONE = "none"
+    AUTO = "auto"
+
+
+def _check_group(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty string")
+
+
+def check_eager(source: str, settings: Mapping[str, Any]) -> None:
+    """Refuse consumer settings that ask for incremental rebalancing.
+
+    Subscribers position their partitions in eager rebalance callbacks (``assign``/``unassign``),
+    which a cooperative or KIP-848 (``group.protocol=consumer``) group would break.
+    """
+    strategy = str(settings.get("partition.assignment.strategy", ""))
+    protocol = str(settings.get("group.protocol", "classic"))
+    if "cooperative" in strategy or protocol != "classic":
+        raise ValueError(
+            f"{source}: partition.assignment.strategy={strategy!r}, group.protocol={protocol!r} "
+            "are not supported: subscribers rebalance eagerly (range, roundrobin; classic)"
+        )
+
+
+def _positive_int(name: str, value: object, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConfig:
+    """A stream and its topic.
+
+    Args:
+        name: Topic name (Kafka's rules: 1-249 of ``[A-Za-z0-9._-]``).
+        partitions: Number of partitions; more than 1 needs ``global_order=False``.
+        replication_factor: Replicas per partition (Meteor's sync replicas).
+        min_insync_replicas: Topic's ``min.insync.replicas``; ``None`` keeps the broker's.
+        global_order: One total order for all subscribers (one partition). ``False`` keeps
+            each publisher's order only and lets a subscriber group spread the partitions.
+        retention_ms: Topic ``retention.ms`` (Meteor's ring buffer capacity, by time).
+        retention_bytes: Topic ``retention.bytes``.
+        store: History store that holds what Kafka dropped (``bolide.stores.SqlStore``).
+        capacity: Keep about this many records per partition in Kafka once archived.
+        topic_config: Further topic settings by Kafka's names (``"cleanup.policy"``...).
+    """
+
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    min_insync_replicas: int | None = None
+    global_order: bool = True
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    store: HistoryStore | None = field(default=None, compare=False)
+    capacity: int | None = None
+    topic_config: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, not {type(self.name).__name__}")
+        if not _TOPIC.match(self.name) or self.name in {".", ".."}:
+            raise ValueError(
+                f"name {self.name!r} is not a valid topic name (1-249 of [A-Za-z0-9._-])"
+            )
+        _positive_int("partitions", self.partitions)
+        _positive_int("replication_factor", self.replication_factor)
+        if self.min_insync_replicas is not None:
+            _positive_int("min_insync_replicas", self.min_insync_replicas)
+        if not isinstance(self.global_order, bool):
+            raise TypeError("global_order must be a bool")
+        if self.global_order and self.partitions != 1:
+            raise ValueError(
+                f"partitions={self.partitions} contradicts global_order=True: one total order "
+                "needs one partition; set global_order=False for per-publisher order"
+            )
+        for name in ("retention_ms", "retention_bytes"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_int(name, value, minimum=-1)
+        if self.capacity is not None:
+            _positive_int("capacity", self.capacity)
+            if self.store is None:
+                raise ValueError("capacity needs a store: records past capacity go to history")
+        if self.store is not None and not isinstance(self.store, HistoryStore):
+            raise TypeError("store must implement HistoryStore (e.g. bolide.stores.SqlStore)")
+        if not isinstance(self.topic_config, Mapping):
+            raise TypeError("topic_config must be a mapping of topic settings")
+
+    def topic_settings(self) -> dict[str, str]:
+        """Kafka topic configs implied by this stream."""
+        settings = {k: str(v) for k, v in self.topic_config.items()}
+        if self.retention_ms is not None:
+            settings["retention.ms"] = str(self.retention_ms)
+        if self.retention_bytes is not None:
+            settings["retention.bytes"] = str(self.retention_bytes)
+        if self.min_insync_replicas is not None:
+            settings["min.insync.replicas"] = str(self.min_insync_replicas)
+        return settings
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class PublisherConfig:
+    """Publisher settings.
+
+    Args:
+        stream: The stream to publish to.
+        group: Message group stamped on every record (its Kafka key).
+        auto_group: Pick one random group for this publisher (HornetQ's auto-group).
+        producer_config: librdkafka producer settings, passed through.
+        serde: Encodes ``publish_async(obj)`` values (e.g. ``AvroSerde``).
+    """
+
+    stream: StreamConfig
+    group: str | None = None
+    auto_group: bool = False
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    serde: Any = None
+
+    __repr__ = _safe_repr
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, StreamConfig):
+            raise TypeError("stream must be a StreamConfig")
+        _check_group("group", self.group)
+        if not isinstance(self.auto_group, bool):
+            raise TypeError("auto_group must be a bool")
+        if self.group is not None and self.auto_group:
+            raise ValueError("group and auto_group=True contradict each other: pick one")
+        object.__setattr__(
+            self, "producer_config", _check_settings("producer_config", self.producer_config)
+        )
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class SubscriberConfig:
+    """Subscriber settings.
+
+    Args:
+        stream: The stream to read.
+        group: Subscriber group (Kafka consumer group); ``None`` for an ungrouped subscriber.
+        initial_offset_scheme: Where to start without a position (see Meteor's table).
+        lease_timeout_ms: A grouped subscriber that stops polling for this long loses its lease
+            (``session.timeout.ms`` and ``max.poll.interval.ms``).
+        max_batch: Most records one ``poll`` returns.
+        error_handler: ``fn(summary, error)`` for failures outside any one call; logs if unset.
+        consumer_config: librdkafka consumer settings, passed through.
+        durable_id: Makes this a durable client (GemFire): its queue survives disconnects.
+        durable_timeout_s: A durable client away longer than this is forgotten.
+        durable_registry: Store holding the durable registry; defaults to ``stream.store``.
+        on_assign: ``fn(partitions)`` after this subscriber gains partitions (grouped).
+        on_revoke: ``fn(partitions)`` after it gives them up or loses them (grouped); e.g.
+            ``Resequencer.forget`` each, since the new owner re-reads from the last confirm.
+        on_live: Called once when a durable client's replay is done.
+        on_expired: Called when a durable client reconnects after its timeout.
+        serde: Decodes ``record.value`` (e.g. ``AvroSerde``).
+        dead_letter: Stream that receives records the serde cannot decode.
+    """
+
+    stream: StreamConfig
+    group: str | None = None
+    initial_offset_scheme: InitialOffsetScheme = InitialOffsetScheme.AUTO
+    lease_timeout_ms: int = 10_000
+    max_batch: int = 1_000
+    error_handler: ErrorHandler | None = field(default=None, compare=False)
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    durable_id: str | None = None
+    durable_timeout_s: float = 300.0
+    durable_registry: Any = field(default=None, compare=False)
+    on_assign: Callable[[list[int]], None] | None = field(default=None, compare=False)
+    on_revoke: Callable[[list[int]], None] | None = field(default=None, compare=False)
+    on_live: Callable[[], None] | None = field(default=None, compare=False)
+    on_expired: Callable[[str], None] | None = field(default=None, compare=False)
+    serde: Any = None
+    dead_letter: StreamConfig | None = None
+
+    __repr__ = _safe_repr
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, StreamConfig):
+            raise TypeError("stream must be a StreamConfig")
+        _check_group("group", self.group)
+        for hook in ("on_assign", "on_revoke", "on_live", "on_expired"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise TypeError(f"{hook} must be callable")
+        if not isinstance(self.initial_offset_scheme, InitialOffsetScheme):
+            raise TypeError("initial_offset_scheme must be an InitialOffsetScheme")
+        _positive_int("lease_timeout_ms", self.lease_timeout_ms, minimum=1_000)
+        _positive_int("max_batch", self.max_batch)
+        if self.error_handler is not None and not callable(self.error_handler):
+            raise TypeError("error_handler must be callable")
+        object.__setattr__(
+            self, "consumer_config", _check_settings("consumer_config", self.consumer_config)
+        )
+        check_eager("consumer_config", self.consumer_config)
+        if self.durable_id is not None:
+            if not isinstance(self.durable_id, str) or not self.durable_id:
+                raise ValueError("durable_id must be a non-empty string")
+            if self.group is not None:
+                raise ValueError("durable_id and group contradict: a durable client has its own")
+        if isinstance(self.durable_timeout_s, bool) or not isinstance(
+            self.durable_timeout_s, int | float
+        ):
+            raise TypeError("durable_timeout_s must be a number of seconds")
+        if self.durable_timeout_s <= 0:
+            raise ValueError(f"durable_timeout_s must be > 0, got {self.durable_timeout_s}")
+        if not self.grouped and self.initial_offset_scheme is InitialOffsetScheme.NONE:
+            raise InvalidInitialOffsetSchemeError(
+                "initial_offset_scheme NONE is illegal for an ungrouped subscriber",
+                stream=self.stream.name,
+            )
+
+    @property
+    def grouped(self) -> bool:
+        """True for subscriber groups and durable clients (both use a consumer group)."""
+        return self.group is not None or self.durable_id is not None

@@ -1,0 +1,408 @@
+"""Durable clients: GemFire's durable client/server messaging on a Kafka consumer group.
+
+A durable client is a ``Subscriber`` with ``SubscriberConfig(durable_id=...)``. Its queue is
+its own consumer group ``bolide-durable-<durable_id>`` (the committed offsets) plus a row in
+the durable registry (``bolide.stores.DurableRegistry``, in SQL): streams, last-seen time,
+timeout, the marker of its latest connect and the claim that keeps one id connected once.
+
+Lifecycle of one connection (``DurableSession``, owned by the subscriber):
+
+1. ``connect``: claim the id in the registry (``DurableClientBusyError`` when it is connected
+   elsewhere). A client away past its timeout is expired: its position is dropped, a warning
+   logged, ``on_expired(durable_id)`` called, and it starts as a new one. Then the marker is
+   taken: the true end of every partition (``log_ends``), stored in the registry.
+2. Every record below the marker is delivered with ``replayed=True`` (Kafka or, below Kafka's
+   log start, the stream's SQL history). Records at or past the marker are live; they are
+   held back, their partition paused, until every partition has reached its marker.
+3. ``on_live()`` is called once, at the start of the poll after the last replayed record was
+   returned (or at once when nothing is replayed), and live records follow unflagged.
+4. Delivered positions are committed at the start of each poll (the application has had the
+   previous batch) and synchronously on ``close(keep_alive=True)``: a killed client loses at
+   most its last batch, which is delivered again (at-least-once). ``close(keep_alive=False)``
+   unregisters the id and drops its position.
+
+While connected, a heartbeat thread renews the claim and the last-seen time every third of
+``lease_timeout_ms``; a killed process's claim lapses after one lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from bolide.facade._kafka import (
+    _partition_count,
+    admin_client,
+    log_ends,
+    log_starts,
+    probe_consumer,
+)
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.errors import DurableClientBusyError, StoreError
+from bolide.facade.record import Record
+
+if TYPE_CHECKING:
+    from bolide.facade.subscriber import Subscriber
+    from bolide.stores.durable_registry import DurableClient, DurableRegistry
+
+__all__ = [
+    "DurableSession",
+    "client_backlog",
+    "drop_position",
+    "durable_group_id",
+    "expire_clients",
+    "resolve_registry",
+]
+
+log = logging.getLogger(__name__)
+
+
+def durable_group_id(durable_id: str) -> str:
+    """The consumer group that holds a durable client's position."""
+    return f"bolide-durable-{durable_id}"
+
+
+def resolve_registry(config: SubscriberConfig) -> tuple[DurableRegistry, bool]:
+    """The registry for a durable subscriber, and whether the caller owns (must close) it.
+
+    Raises:
+        ValueError: Neither ``durable_registry`` nor a SQL ``stream.store`` is set.
+        TypeError: ``durable_registry`` is of an unusable type.
+    """
+    from bolide.stores.durable_registry import DurableRegistry
+    from bolide.stores.store import SqlStore
+
+    source: Any = config.durable_registry
+    if source is None:
+        source = config.stream.store
+        if not isinstance(source, SqlStore):
+            raise ValueError(
+                f"durable_id={config.durable_id!r} needs a registry: set durable_registry to a "
+                "SqlStore, a database URL or a DurableRegistry, or give the stream a SqlStore"
+            )
+    if isinstance(source, DurableRegistry):
+        return source, False
+    if isinstance(source, SqlStore | str):
+        return DurableRegistry(source), isinstance(source, str)
+    raise TypeError(
+        "durable_registry must be a DurableRegistry, a SqlStore or a database URL, not "
+        f"{type(source).__name__}"
+    )
+
+
+def drop_position(cluster: Cluster, group_id: str) -> bool:
+    """Delete a consumer group's committed offsets; ``False`` when the broker refused.
+
+    Kafka refuses while the group has members; callers that must not resume from the old
+    offsets also ignore them (a durable client that is new or expired does).
+    """
+    admin = admin_client(cluster)
+    try:
+        admin.delete_consumer_groups([group_id], request_timeout=10)[group_id].result(timeout=10)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return True
+        log.warning("could not delete the offsets of group %r: %s", group_id, exc)
+        return False
+    return True
+
+
+def client_backlog(cluster: Cluster, client: DurableClient) -> dict[str, dict[int, int]]:
+    """Records waiting for a durable client: end offset minus position, per stream and partition.
+
+    A partition without a committed position counts from the first record Kafka holds. A
+    stream whose topic no longer exists is left out.
+    """
+    admin = admin_client(cluster)
+    consumer = probe_consumer(cluster, **{"group.id": client.group_id})
+    try:
+        out: dict[str, dict[int, int]] = {}
+        for stream in client.streams:
+            count = _partition_count(admin, stream)
+            if not count:
+                continue
+            parts = range(count)
+            ends = log_ends(cluster, stream, parts)
+            starts = log_starts(consumer, stream, parts)
+            committed = consumer.committed([TopicPartition(stream, p) for p in parts], timeout=10)
+            out[stream] = {}
+            for tp in committed:
+                position = tp.offset if tp.offset >= 0 else starts[tp.partition]
+                out[stream][tp.partition] = max(0, ends[tp.partition] - position)
+        return out
+    finally:
+        consumer.close()
+
+
+def expire_clients(cluster: Cluster, registry: DurableRegistry) -> list[DurableClient]:
+    """Enforce expiry: forget every client away past its timeout and drop its position."""
+    gone = registry.expire()
+    for client in gone:
+        log.warning(
+            "durable client %r was away %.1fs, past its timeout of %.1fs: queue dropped",
+            client.durable_id,
+            client.away_s(),
+            client.timeout_s,
+        )
+        drop_position(cluster, client.group_id)
+    return gone
+
+
+class DurableSession:
+    """One connection of a durable client; the subscriber calls it at its hook points.
+
+    Attributes:
+        durable_id: The client's durable id.
+        registry: Where the client is registered.
+        owner: This connection's claim token.
+        state: ``"new"``, ``"resumed"`` or ``"expired"`` (then started as new).
+        marker: End offset per partition at connect: records below it are replayed.
+        marker_ms: Wall-clock time (epoch ms) the marker was taken.
+        live: ``on_live`` has been called; records are live from here on.
+    """
+
+    def __init__(self, subscriber: Subscriber) -> None:
+        config = subscriber.config
+        assert config.durable_id is not None
+        self._sub = subscriber
+        self.durable_id: str = config.durable_id
+        self.registry, self._owns_registry = resolve_registry(config)
+        self.owner = uuid.uuid4().hex
+        self.state = "new"
+        self.marker: dict[int, int] = {}
+        self.marker_ms: int | None = None
+        self.live = False
+        self._lease_ms = config.lease_timeout_ms
+        self._fresh: set[int] = set()  # partitions whose old committed offsets are ignored
+        self._committed: dict[int, int] = {}  # what this connection knows Kafka holds
+        self._reached: set[int] = set()  # partitions whose position reached the marker
+        self._held: list[Record] = []  # live records read before the replay ended
+        self._paused: set[int] = set()
+        self._replayed_in_poll = 0
+        self._handled: dict[int, int] = {}  # positions the application had at the last poll
+        self._claim_lost = False
+        self._connected = False
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    # -- connect ---------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Claim the id, expire it if it was away too long, take and store the marker."""
+        sub = self._sub
+        claim = self.registry.register(
+            self.durable_id,
+            group_id=sub.group_id,
+            stream=sub.topic,
+            timeout_s=float(sub.config.durable_timeout_s),
+            owner=self.owner,
+            lease_ms=self._lease_ms,
+        )
+        self._connected = True
+        self.state = claim.state
+        if claim.state != "resumed":
+            # A new or expired client starts from the initial offset scheme, whatever offsets
+            # its group may still hold (the registry, not Kafka, says who is known).
+            self._fresh = set(range(sub.partitions))
+            drop_position(sub.cluster, sub.group_id)
+        if claim.state == "expired" and claim.previous is not None:
+            log.warning(
+                "durable client %r was away %.1fs, past its timeout of %.1fs: its queue was "
+                "dropped and it starts as a new client",
+                self.durable_id,
+                claim.previous.away_s(claim.client.last_seen_ms),
+                claim.previous.timeout_s,
+            )
+            hook = sub.config.on_expired
+            if hook is not None:
+                try:
+                    hook(self.durable_id)
+                except Exception as exc:
+                    sub._report("on_expired raised", exc)
+        self.marker = log_ends(sub.cluster, sub.topic, range(sub.partitions))
+        self.marker_ms = int(time.time() * 1000)
+        self.registry.mark(self.durable_id, sub.topic, self.marker)
+        log.info(
+            "durable client %r connected (%s), marker %s", self.durable_id, self.state, self.marker
+        )
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"bolide-durable-{self.durable_id}", daemon=True
+        )
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        interval = max(0.1, self._lease_ms / 3000)
+        while not self._stop.wait(interval):
+            try:
+                held = self.registry.touch(self.durable_id, self.owner, self._lease_ms)
+            except StoreError as exc:
+                self._sub._report(f"durable client {self.durable_id!r}: heartbeat failed", exc)
+                continue
+            if not held:
+                self._claim_lost = True
+                self._sub._report(
+                    f"durable client {self.durable_id!r} lost its claim to another connection",
+                    DurableClientBusyError("claim lost", stream=self._sub.topic),
+                )
+                return
+
+    # -- hooks from the subscriber ---------------------------------------------------------
+
+    def kept_positions(self, committed: dict[int, int]) -> dict[int, int]:
+        """Committed offsets to resume from on assignment (none for a new or expired client)."""
+        kept = {p: o for p, o in committed.items() if p not in self._fresh}
+        self._committed.update({p: o for p, o in kept.items() if o >= 0})
+        return kept
+
+    def on_assigned(self, parts: list[int]) -> None:
+        """After (re)assignment: forget held records, note reached partitions, maybe go live."""
+        sub = self._sub
+        self._held = [r for r in self._held if r.partition not in parts]
+        self._paused -= set(parts)  # a new assignment starts unpaused
+        for p in parts:
+            if sub._next.get(p, -1) >= self.marker.get(p, 0):
+                self._reached.add(p)
+            else:
+                self._reached.discard(p)
+        if not self.live and self._complete() and self._replayed_in_poll == 0:
+            self._go_live()
+
+    def admit(self, record: Record) -> bool:
+        """Flag a record replayed or live; ``False`` holds a live record until ``on_live``."""
+        if self.live:
+            return True
+        p = record.partition if record.partition is not None else 0
+        end = self.marker.get(p)
+        if record.offset is None or end is None:
+            return True
+        if record.offset < end:
+            record.replayed = True
+            self._replayed_in_poll += 1
+            if record.offset + 1 >= end:
+                self._reached.add(p)
+            return True
+        self._reached.add(p)  # a record at or past the marker: the replay of p is over
+        self._held.append(record)
+        if self._complete() and self._replayed_in_poll == 0:
+            self._go_live()  # releases the held records, this one last, through the pending list
+            return False
+        if p not in self._paused:
+            sub = self._sub
+            sub._consumer.pause([TopicPartition(sub.topic, p)])
+            self._paused.add(p)
+        return False
+
+    def before_poll(self) -> None:
+        """Commit what the last poll delivered; go live if the replay ended there.
+
+        Raises:
+            DurableClientBusyError: Another connection took this durable id over.
+        """
+        if self._claim_lost:
+            raise DurableClientBusyError(
+                f"durable client {self.durable_id!r} was taken over by another connection",
+                stream=self._sub.topic,
+            )
+        # The application has had the previous batch: that much is delivered.
+        self._handled = self._delivered()
+        self._commit(self._handled, asynchronous=True, force=False)
+        self._replayed_in_poll = 0
+        if not self.live and self._complete():
+            self._go_live()
+
+    def before_close(self, keep_alive: bool) -> None:
+        """Stop the heartbeat; with ``keep_alive``, commit what was delivered, synchronously."""
+        self._stop.set()
+        if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
+            self._heartbeat.join(5)
+        if keep_alive and not self._claim_lost:
+            # A receiver stops between records: its last batch may be half handled, so only
+            # what it had polled past is delivered. A caller of poll has had every record.
+            sub = self._sub
+            positions = self._handled if sub._receiver is not None else self._delivered()
+            try:
+                self._commit(positions, asynchronous=False, force=True)
+            except KafkaException as exc:
+                self._sub._report(
+                    f"durable client {self.durable_id!r}: final commit failed; the last records "
+                    "will be delivered again",
+                    exc,
+                )
+
+    def after_close(self, keep_alive: bool) -> None:
+        """Release the claim (keep the queue) or unregister the client and drop its position."""
+        sub = self._sub
+        try:
+            if not self._connected or self._claim_lost:
+                return
+            if keep_alive:
+                self.registry.release(self.durable_id, self.owner)
+            elif self.registry.unregister(self.durable_id, self.owner) and not drop_position(
+                sub.cluster, sub.group_id
+            ):
+                sub._report(
+                    f"durable client {self.durable_id!r} unregistered, but its group offsets "
+                    "could not be deleted (ignored when the id connects again)",
+                    None,
+                )
+        except StoreError as exc:
+            sub._report(f"durable client {self.durable_id!r}: registry update failed", exc)
+        finally:
+            self._connected = False
+            if self._owns_registry:
+                self.registry.close()
+
+    def abort(self) -> None:
+        """The subscriber failed to start: release the claim, keep the queue."""
+        self.before_close(keep_alive=False)
+        self.after_close(keep_alive=True)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _complete(self) -> bool:
+        wanted = set(self.marker)
+        return wanted <= self._reached and wanted <= self._sub._assigned
+
+    def _go_live(self) -> None:
+        sub = self._sub
+        self.live = True
+        held, self._held = self._held, []
+        paused = [TopicPartition(sub.topic, p) for p in self._paused if p in sub._assigned]
+        self._paused.clear()
+        hook = sub.config.on_live
+        if hook is not None:
+            try:
+                hook()
+            except Exception as exc:
+                sub._report("on_live raised", exc)
+        log.info("durable client %r is live", self.durable_id)
+        sub._pending.extendleft(reversed(held))
+        if paused:
+            sub._consumer.resume(paused)
+
+    def _delivered(self) -> dict[int, int]:
+        sub = self._sub
+        return {p: o for p in sorted(sub._assigned) if (o := sub._next.get(p, -1)) >= 0}
+
+    def _commit(self, positions: dict[int, int], *, asynchronous: bool, force: bool) -> None:
+        sub = self._sub
+        changed = [
+            TopicPartition(sub.topic, p, o)
+            for p, o in positions.items()
+            if p in sub._assigned and (force or self._committed.get(p) != o)
+        ]
+        if not changed:
+            return
+        if asynchronous:
+            sub._consumer.commit(offsets=changed, asynchronous=True)
+        else:
+            sub._consumer.commit(offsets=changed, asynchronous=False)
+        for tp in changed:
+            self._committed[tp.partition] = tp.offset
+            self._fresh.discard(tp.partition)

@@ -1,0 +1,186 @@
+"""The exception tree of bolide.
+
+::
+
+    BolideError
+    ├── InvalidInitialOffsetSchemeError (also ValueError)
+    ├── OffsetLoadError
+    ├── OffsetOutOfRangeError
+    ├── NotAssignedError
+    ├── IllegalSubscriberStateError
+    ├── StreamConfigMismatchError (also ValueError)
+    ├── PublishError
+    ├── SerializationError (also ValueError)
+    │   ├── SchemaIncompatibleError
+    │   └── SchemaNotFoundError (also LookupError)
+    ├── StoreError
+    │   └── SchemaOutOfDateError
+    ├── DurableClientError
+    │   └── DurableClientBusyError
+    ├── BrokerError
+    ├── ReceiverAlreadyAttachedError
+    ├── ResequencerFullError
+    └── ConnectorNotFoundError (also RuntimeError; in bolide.spark, needs PySpark)
+
+Usage errors subclass ``ValueError``/``TypeError`` too, so callers that already catch those
+keep working. Errors carry context (stream, partition, offset, cause) where it exists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bolide.facade.record import Record
+
+__all__ = [
+    "BolideError",
+    "BrokerError",
+    "DurableClientBusyError",
+    "DurableClientError",
+    "IllegalSubscriberStateError",
+    "InvalidInitialOffsetSchemeError",
+    "NotAssignedError",
+    "OffsetLoadError",
+    "OffsetOutOfRangeError",
+    "PublishError",
+    "ReceiverAlreadyAttachedError",
+    "ResequencerFullError",
+    "SchemaIncompatibleError",
+    "SchemaNotFoundError",
+    "SchemaOutOfDateError",
+    "SerializationError",
+    "StoreError",
+    "StreamConfigMismatchError",
+]
+
+
+class BolideError(Exception):
+    """Root of every error bolide raises.
+
+    Attributes:
+        stream: The stream concerned, if any.
+        partition: The partition concerned, if any.
+        offset: The offset concerned, if any.
+        retriable: True when repeating the operation may succeed.
+    """
+
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        if retriable is not None:
+            self.retriable = retriable
+
+
+class InvalidInitialOffsetSchemeError(BolideError, ValueError):
+    """The initial offset scheme is not allowed for this kind of subscriber."""
+
+
+class OffsetLoadError(BolideError):
+    """A grouped subscriber with scheme NONE found no confirmed offset."""
+
+
+class OffsetOutOfRangeError(BolideError):
+    """A position lies past the end of the stream."""
+
+
+class NotAssignedError(BolideError):
+    """A grouped subscriber confirmed without holding the lease."""
+
+
+class IllegalSubscriberStateError(BolideError):
+    """The operation is not allowed for this kind of subscriber (grouped or not)."""
+
+
+class StreamConfigMismatchError(BolideError, ValueError):
+    """The stream's existing topic disagrees with its config."""
+
+
+class PublishError(BolideError):
+    """A record could not be published.
+
+    Attributes:
+        record: The record that was not published; its offset stays ``None``.
+        cause: The underlying Kafka error, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: Record | None = None,
+        cause: Any = None,
+        stream: str | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message, stream=stream, retriable=retriable)
+        self.record = record
+        self.cause = cause
+
+
+class SerializationError(BolideError, ValueError):
+    """A payload could not be encoded or decoded."""
+
+
+class SchemaIncompatibleError(SerializationError):
+    """A schema registry refused a schema that breaks the subject's compatibility rule.
+
+    Attributes:
+        subject: The subject the schema was registered under.
+        reasons: Why the new schema and the latest one cannot read each other's data.
+    """
+
+    def __init__(self, message: str, *, subject: str, reasons: list[str]) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.reasons = reasons
+
+
+class SchemaNotFoundError(SerializationError, LookupError):
+    """A schema id or subject is not known to the schema registry."""
+
+
+class StoreError(BolideError):
+    """The history store failed or is not usable."""
+
+
+class SchemaOutOfDateError(StoreError):
+    """The database schema is behind the code; the message names the command to run."""
+
+
+class DurableClientError(BolideError):
+    """A durable client operation failed."""
+
+
+class DurableClientBusyError(DurableClientError):
+    """The same durable id is already connected elsewhere."""
+
+
+class BrokerError(BolideError):
+    """The broker could not be started, reached or administered."""
+
+
+class ReceiverAlreadyAttachedError(BolideError):
+    """A subscriber already has a receiver; at most one may be attached."""
+
+
+class ResequencerFullError(BolideError):
+    """A resequencer holds ``capacity`` records and the offered one would have to wait too.
+
+    The record was not taken: offer it again once timeouts (``tick()``) or completed groups
+    have made room, or offer with ``timeout_s`` to wait for room.
+    """
+
+    retriable = True

@@ -1,0 +1,83 @@
+"""Receiver: a background thread that polls a subscriber and hands each record to a callback."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bolide.facade.errors import DurableClientBusyError
+from bolide.facade.record import Record
+
+if TYPE_CHECKING:
+    from bolide.facade.subscriber import Subscriber
+
+__all__ = ["Receiver", "RecordHandler"]
+
+log = logging.getLogger(__name__)
+
+RecordHandler = Callable[[Record], None]
+
+
+class Receiver:
+    """Polls ``subscriber`` every ``poll_timeout_ms`` and calls ``handler(record)`` per record.
+
+    An exception in the handler is logged (and reported to the subscriber's error handler); the
+    thread carries on with the next record. Closing the subscriber stops the receiver.
+    """
+
+    def __init__(
+        self, subscriber: Subscriber, handler: RecordHandler, poll_timeout_ms: int
+    ) -> None:
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if isinstance(poll_timeout_ms, bool) or not isinstance(poll_timeout_ms, int):
+            raise TypeError("poll_timeout_ms must be an int")
+        if poll_timeout_ms < 0:
+            raise ValueError(f"poll_timeout_ms must be >= 0, got {poll_timeout_ms}")
+        self._subscriber = subscriber
+        self._handler = handler
+        self._poll_timeout_ms = poll_timeout_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"bolide-receiver-{subscriber.stream.name}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """True while the thread is alive."""
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = self._subscriber.poll(self._poll_timeout_ms)
+            except DurableClientBusyError as exc:
+                self._subscriber._report("receiver stopped: the durable id is taken", exc)
+                return
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                self._subscriber._report("receiver poll failed", exc)
+                # Back off, also with poll_timeout_ms=0: a lasting failure must not spin.
+                self._stop.wait(max(self._poll_timeout_ms / 1000, 0.1))
+                continue
+            for record in batch:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._handler(record)
+                except Exception as exc:
+                    log.exception("receiver handler raised on %r", record)
+                    self._subscriber._report(f"receiver handler raised on {record!r}", exc)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread and wait for it (not from inside the handler)."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)

@@ -1,0 +1,219 @@
+"""Records and record batches: Meteor's unit of data, carried as a plain Kafka message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+__all__ = [
+    "GROUP_HEADER",
+    "Headers",
+    "HeadersInput",
+    "Record",
+    "RecordBatch",
+    "group_from_headers",
+    "normalize_headers",
+    "record_from_message",
+]
+
+#: Carries a record's message group, so that readers get ``Record.group`` back.
+GROUP_HEADER = "bolide.group"
+
+Headers: TypeAlias = list[tuple[str, bytes]]
+HeadersInput: TypeAlias = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]] | None
+
+
+def _header_value(name: str, value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if value is None:
+        return b""
+    raise TypeError(f"headers: value of {name!r} must be bytes or str, not {type(value).__name__}")
+
+
+def normalize_headers(headers: HeadersInput) -> Headers:
+    """Return headers as a list of ``(str, bytes)`` pairs, as confluent-kafka exposes them.
+
+    Args:
+        headers: A mapping or an iterable of pairs; ``str`` values are UTF-8 encoded.
+
+    Raises:
+        TypeError: A name is not a string or a value is neither bytes nor str.
+    """
+    if headers is None:
+        return []
+    items: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers
+    out: Headers = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError("headers: expected (name, value) pairs")
+        name, value = item
+        if not isinstance(name, str):
+            raise TypeError(f"headers: name must be str, not {type(name).__name__}")
+        out.append((name, _header_value(name, value)))
+    return out
+
+
+class Record:
+    """One record of a stream.
+
+    Args:
+        data: The payload bytes.
+        key: The Kafka key; defaults to the group id when ``group`` is set.
+        headers: A dict or a list of ``(str, bytes)`` pairs (repeated names allowed).
+        group: Message group id (HornetQ's JMSXGroupID); becomes the Kafka key.
+
+    After publishing or polling, ``offset``, ``partition`` and ``timestamp_ms`` are set.
+    Durable replays set ``replayed``; a serde sets ``value`` to the decoded object.
+    """
+
+    __slots__ = (
+        "data",
+        "group",
+        "headers",
+        "key",
+        "offset",
+        "partition",
+        "replayed",
+        "stream",
+        "timestamp_ms",
+        "value",
+    )
+
+    def __init__(
+        self,
+        data: bytes,
+        key: bytes | str | None = None,
+        headers: HeadersInput = None,
+        group: str | None = None,
+    ) -> None:
+        if type(data) is not bytes:  # the common case skips the checks and the copy
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise TypeError(f"data must be bytes, not {type(data).__name__}")
+            data = bytes(data)
+        if group is not None:
+            if not isinstance(group, str):
+                raise TypeError(f"group must be a str, not {type(group).__name__}")
+            if not group:
+                raise ValueError("group must be a non-empty string")
+        if isinstance(key, str):
+            key = key.encode()
+        elif key is not None and not isinstance(key, bytes):
+            raise TypeError(f"key must be bytes or str, not {type(key).__name__}")
+        if group is not None and key is not None and key != group.encode():
+            raise ValueError(
+                f"key {key!r} and group {group!r} disagree: a group's records are keyed by "
+                "the group id, so that one subscriber reads them all"
+            )
+        self.data: bytes = data
+        self.group = group
+        self.key: bytes | None = key if key is not None else (group.encode() if group else None)
+        self.headers: Headers = [] if headers is None else normalize_headers(headers)
+        self.offset: int | None = None
+        self.partition: int | None = None
+        self.timestamp_ms: int | None = None
+        self.replayed: bool = False
+        self.stream: str | None = None
+        self.value: Any = None
+
+    def header(self, name: str) -> bytes | None:
+        """Return the last value of header ``name``, or ``None``."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found
+
+    def __repr__(self) -> str:
+        data = self.data if len(self.data) <= 32 else self.data[:32] + b"..."
+        return (
+            f"Record(stream={self.stream!r}, partition={self.partition}, offset={self.offset}, "
+            f"key={self.key!r}, data={data!r}{', replayed=True' if self.replayed else ''})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (
+            self.data == other.data
+            and self.key == other.key
+            and self.headers == other.headers
+            and self.offset == other.offset
+            and self.partition == other.partition
+            and self.stream == other.stream
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: offset is set after publish
+
+
+class RecordBatch(Sequence[Record]):
+    """The (possibly empty) result of one ``poll``: iterable, sized, indexable."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: list[Record] | None = None) -> None:
+        self._records: list[Record] = records if records is not None else []
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._records)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._records[index]
+
+    def is_empty(self) -> bool:
+        """True when the poll returned nothing."""
+        return not self._records
+
+    def first(self) -> Record | None:
+        """The first record, or ``None`` when empty."""
+        return self._records[0] if self._records else None
+
+    def last(self) -> Record | None:
+        """The last record, or ``None`` when empty."""
+        return self._records[-1] if self._records else None
+
+    def __repr__(self) -> str:
+        return f"RecordBatch({len(self._records)} records)"
+
+
+def group_from_headers(headers: Headers) -> str | None:
+    """The message group a ``bolide.group`` header names, or ``None``."""
+    for name, value in headers:
+        if name == GROUP_HEADER:
+            return value.decode(errors="replace")
+    return None
+
+
+def record_from_message(msg: Message, topic: str | None = None) -> Record:
+    """A ``Record`` from a consumed Kafka message (null header values become ``b""``).
+
+    Args:
+        msg: A message without error.
+        topic: The topic name when the caller knows it (saves a call per record).
+    """
+    record = Record.__new__(Record)  # the payload is bytes already: skip the checks
+    record.data = msg.value() or b""
+    record.key = msg.key()
+    # Consumed messages carry headers as a list of pairs (or None).
+    headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
+    if headers:
+        record.headers = [(name, value if value is not None else b"") for name, value in headers]
+        record.group = group_from_headers(record.headers)
+    else:
+        record.headers = []
+        record.group = None
+    record.offset = msg.offset()
+    record.partition = msg.partition()
+    record.timestamp_ms = msg.timestamp()[1]
+    record.replayed = False
+    record.stream = topic if topic is not None else msg.topic()
+    record.value = None
+    return record

@@ -1,0 +1,1 @@
+"""Pytest plugin for bolide users: an embedded-broker cluster and fresh streams."""

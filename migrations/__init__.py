@@ -1,0 +1,1 @@
+"""Alembic migrations for every table the history store owns."""

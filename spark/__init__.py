@@ -1,0 +1,46 @@
+"""PySpark sources and jobs over bolide streams (needs the ``spark`` extra).
+
+``kafka_stream``/``kafka_batch`` configure Spark's own Kafka source from bolide's config;
+``register`` adds ``format("bolide")``, a Python source with the same schema that splices in
+the SQL history; ``archive``, ``resequence`` and ``query`` are the jobs behind
+``bolide spark <job>``.
+"""
+
+try:
+    import pyspark  # noqa: F401 - only checks the extra is installed
+except ImportError as exc:  # pragma: no cover - exercised without pyspark only
+    raise ModuleNotFoundError(
+        "bolide.spark needs PySpark and pandas: pip install 'bolide[spark]'", name="pyspark"
+    ) from exc
+
+from bolide.spark._archive import load_archive
+from bolide.spark._resequence import resequenced
+from bolide.spark.jobs import BatchReport, archive, query, read_stream, resequence
+from bolide.spark.kafka import (
+    ConnectorNotFoundError,
+    connector_coordinates,
+    kafka_batch,
+    kafka_options,
+    kafka_stream,
+)
+from bolide.spark.session import spark_session
+from bolide.spark.source import KAFKA_SCHEMA, BolideDataSource, register
+
+__all__ = [
+    "KAFKA_SCHEMA",
+    "BatchReport",
+    "BolideDataSource",
+    "ConnectorNotFoundError",
+    "archive",
+    "connector_coordinates",
+    "kafka_batch",
+    "kafka_options",
+    "kafka_stream",
+    "load_archive",
+    "query",
+    "read_stream",
+    "register",
+    "resequence",
+    "resequenced",
+    "spark_session",
+]

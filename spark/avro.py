@@ -1,0 +1,203 @@
+"""Decode Confluent-framed Avro in Spark with a pandas UDF on fastavro.
+
+Spark's own ``from_avro`` lives in the spark-avro package, another jar that cannot always be
+installed, and it does not understand Confluent's 5-byte framing anyway. ``from_avro_udf``
+decodes with bolide's ``AvroSerde`` inside the Python workers instead::
+
+    decode = from_avro_udf(AvroSerde(schema, registry=SqlSchemaRegistry(store)))
+    orders = df.select(decode("value").alias("order")).select("order.*")
+
+Every record is read into one shape, the UDF's schema (the serde's reader schema, else its
+schema), by Avro resolution, whatever compatible schema it was written with; the result is a
+struct column whose Spark type follows that schema. The registry travels to the workers as a
+description (a database URL, a Confluent URL and settings, or the schemas an in-process
+registry holds) and is rebuilt there once per worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pandas as pd
+
+from bolide.facade._avro_compat import parse_with_names
+from bolide.facade.avro import AvroSerde
+from bolide.facade.errors import SerializationError
+from bolide.facade.schema_registry import (
+    ConfluentSchemaRegistry,
+    MemorySchemaRegistry,
+    SchemaRegistry,
+)
+
+__all__ = ["avro_spark_type", "from_avro_udf"]
+
+_WORKER_SERDES: dict[str, AvroSerde] = {}
+_WORKER_LOCK = threading.Lock()
+
+
+def avro_spark_type(schema: Any) -> Any:
+    """The Spark SQL type of values of an Avro ``schema`` (JSON text, dict or list).
+
+    Records become structs, arrays arrays, maps maps with string keys; ``[null, T]`` is a
+    nullable ``T``; other unions become JSON strings; enums and uuids strings; fixed and bytes
+    binary; decimal, date and timestamps their Spark types; times microseconds as longs.
+    """
+    parsed, named = parse_with_names(schema)
+    return _spark_type(parsed, named)
+
+
+def _spark_type(schema: Any, named: dict[str, Any]) -> Any:
+    from pyspark.sql import types as T
+
+    primitives = {
+        "null": T.NullType(),
+        "boolean": T.BooleanType(),
+        "int": T.IntegerType(),
+        "long": T.LongType(),
+        "float": T.FloatType(),
+        "double": T.DoubleType(),
+        "bytes": T.BinaryType(),
+        "string": T.StringType(),
+    }
+    if isinstance(schema, str):
+        return primitives[schema] if schema in primitives else _spark_type(named[schema], named)
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        return _spark_type(branches[0], named) if len(branches) == 1 else T.StringType()
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        return T.DecimalType(schema["precision"], schema.get("scale", 0))
+    if logical == "date":
+        return T.DateType()
+    if logical in ("timestamp-millis", "timestamp-micros"):
+        return T.TimestampType()
+    if logical in ("local-timestamp-millis", "local-timestamp-micros"):
+        return T.TimestampNTZType()
+    if logical in ("time-millis", "time-micros"):
+        return T.LongType()
+    kind = schema["type"]
+    if isinstance(kind, dict | list) or kind in named:
+        return _spark_type(kind, named)
+    if kind in primitives:
+        return primitives[kind]
+    if kind in ("enum",):
+        return T.StringType()
+    if kind == "fixed":
+        return T.BinaryType()
+    if kind == "array":
+        return T.ArrayType(_spark_type(schema["items"], named), True)
+    if kind == "map":
+        return T.MapType(T.StringType(), _spark_type(schema["values"], named), True)
+    return T.StructType(
+        [T.StructField(f["name"], _spark_type(f["type"], named), True) for f in schema["fields"]]
+    )
+
+
+def _registry_spec(registry: SchemaRegistry) -> dict[str, Any]:
+    """A picklable description of ``registry`` that workers rebuild it from."""
+    if isinstance(registry, MemorySchemaRegistry):
+        return {"kind": "memory", "schemas": registry.schemas()}
+    if isinstance(registry, ConfluentSchemaRegistry):
+        if registry.url.startswith("mock://"):
+            raise ValueError("a mock:// registry lives in one process: Spark workers cannot see it")
+        return {"kind": "confluent", "url": registry.url, "conf": dict(registry.conf)}
+    from bolide.stores.schema_registry import SqlSchemaRegistry
+
+    if isinstance(registry, SqlSchemaRegistry):
+        url = registry.store.engine.url.render_as_string(hide_password=False)
+        return {"kind": "sql", "url": url}
+    raise TypeError(f"from_avro_udf cannot ship a {type(registry).__name__} to Spark workers")
+
+
+def _worker_serde(spec: dict[str, Any]) -> AvroSerde:
+    """This worker process's serde for ``spec``, built on first use."""
+    key = json.dumps(spec, sort_keys=True)
+    serde = _WORKER_SERDES.get(key)
+    if serde is None:
+        with _WORKER_LOCK:
+            serde = _WORKER_SERDES.get(key)
+            if serde is None:
+                registry: Any
+                kind = spec["registry"]["kind"]
+                if kind == "memory":
+                    registry = MemorySchemaRegistry(spec["registry"]["schemas"])
+                elif kind == "confluent":
+                    registry = ConfluentSchemaRegistry(
+                        spec["registry"]["url"], **spec["registry"]["conf"]
+                    )
+                else:
+                    registry = spec["registry"]["url"]
+                serde = AvroSerde(spec["schema"], registry=registry, reader_schema=spec["schema"])
+                _WORKER_SERDES[key] = serde
+    return serde
+
+
+def from_avro_udf(schema_or_serde: Any, *, stream: str = "spark", on_error: str = "raise") -> Any:
+    """A pandas UDF decoding a binary column of Confluent-framed Avro into a struct column.
+
+    Args:
+        schema_or_serde: An ``AvroSerde`` (its registry resolves the schema ids; its reader
+            schema, else its schema, shapes the result), or a schema, for a serde on the
+            process-wide in-memory registry.
+        stream: The stream named in decoding errors.
+        on_error: ``"raise"`` fails the Spark task with the ``SerializationError``; ``"null"``
+            gives a null value (all fields null for records) for payloads that do not decode.
+
+    Returns:
+        A ``pandas_udf`` to call on a binary column (``df.value``).
+
+    Raises:
+        ValueError: ``on_error`` is neither ``"raise"`` nor ``"null"``, or the registry is
+            confluent-kafka's in-process mock.
+    """
+    if on_error not in ("raise", "null"):
+        raise ValueError(f"on_error must be 'raise' or 'null', got {on_error!r}")
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.functions import pandas_udf
+
+    if isinstance(schema_or_serde, AvroSerde):
+        serde = schema_or_serde
+    else:
+        serde = AvroSerde(schema_or_serde)
+    schema = serde.reader_schema or serde.schema
+    spec = {"schema": schema, "registry": _registry_spec(serde.registry)}
+    spark_type = avro_spark_type(schema)
+    raise_errors = on_error == "raise"
+
+    if isinstance(spark_type, T.StructType):
+        names = [f.name for f in spark_type.fields]
+
+        def decode_records(payloads: pd.Series) -> pd.DataFrame:
+            values = _decode_all(payloads, spec, stream, raise_errors)
+            rows = [v if v is not None else dict.fromkeys(names) for v in values]
+            return pd.DataFrame.from_records(rows, columns=names)
+
+        udf: Any = decode_records
+    else:
+
+        def decode_values(payloads: pd.Series) -> pd.Series:
+            return pd.Series(_decode_all(payloads, spec, stream, raise_errors), dtype=object)
+
+        udf = decode_values
+    return pandas_udf(udf, returnType=spark_type)  # Spark infers the kind from the hints
+
+
+def _decode_all(
+    payloads: pd.Series, spec: dict[str, Any], stream: str, raise_errors: bool
+) -> list[Any]:
+    """Decode a batch in a worker; ``None`` for nulls, and for errors unless they raise."""
+    worker = _worker_serde(spec)
+    values: list[Any] = []
+    for data in payloads:
+        if data is None:
+            values.append(None)
+            continue
+        try:
+            values.append(worker.decode(bytes(data), stream=stream))
+        except SerializationError:
+            if raise_errors:
+                raise
+            values.append(None)
+    return values

@@ -1,0 +1,385 @@
+"""bolide's Spark jobs: archive a stream into SQL, resequence groups, query the archive.
+
+Each job is a function over a SparkSession (``spark_session()`` gives a suitable local one);
+``bolide spark <job>`` is a thin shim over them. Streams are read with ``format("bolide")``
+by default (no connector jar needed) or with Spark's own Kafka source (``source="kafka"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from bolide.facade._kafka import ensure_topic
+from bolide.facade._sequence import DETAIL_HEADER, REASON_HEADER
+from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
+from bolide.facade.errors import BolideError
+from bolide.facade.publisher import Publisher
+from bolide.facade.record import Record
+from bolide.spark._archive import load_archive, records_by_stream
+from bolide.spark._resequence import resequenced
+from bolide.spark.kafka import kafka_stream
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from bolide.stores import SqlStore
+
+__all__ = ["BatchReport", "archive", "load_archive", "query", "read_stream", "resequence"]
+
+log = logging.getLogger("bolide.spark")
+
+Source = Literal["bolide", "kafka"]
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch of a job did (handed to ``on_batch`` for progress).
+
+    Attributes:
+        batch_id: Spark's micro-batch id.
+        rows: Rows the batch held.
+        written: Rows newly written (archive: inserted; duplicates of a replayed batch are
+            not counted) or records published (resequence).
+        dead_letters: Records sent (or, without a target, dropped) as dead letters.
+        seconds: Wall time the batch's sink took.
+    """
+
+    batch_id: int
+    rows: int
+    written: int
+    dead_letters: int
+    seconds: float
+
+
+BatchCallback = Callable[[BatchReport], None]
+
+
+def _cluster(bootstrap: str | Cluster) -> Cluster:
+    return bootstrap if isinstance(bootstrap, Cluster) else Cluster(bootstrap)
+
+
+def _stream(stream: str | StreamConfig) -> StreamConfig:
+    return stream if isinstance(stream, StreamConfig) else StreamConfig(name=stream)
+
+
+def read_stream(
+    spark: SparkSession,
+    stream: str | StreamConfig,
+    bootstrap: str | Cluster,
+    *,
+    source: Source = "bolide",
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    history: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A streaming DataFrame of a stream, headers included, from either source.
+
+    Args:
+        spark: The session (``format("bolide")`` is registered on it if needed).
+        stream: Stream name or config.
+        bootstrap: Bootstrap servers or a ``Cluster`` (its settings pass through).
+        source: ``"bolide"`` (Python source, no jar) or ``"kafka"`` (Spark's connector).
+        starting_offsets: ``earliest``, ``latest`` or Spark's JSON.
+        max_offsets_per_trigger: Most records per micro-batch.
+        history: SQLAlchemy URL of a history store to splice in (``bolide`` source only).
+        options: Further source options, by the Kafka source's names.
+    """
+    cluster = _cluster(bootstrap)
+    config = _stream(stream)
+    extra: dict[str, Any] = {"includeHeaders": True, "startingOffsets": starting_offsets}
+    if max_offsets_per_trigger is not None:
+        extra["maxOffsetsPerTrigger"] = max_offsets_per_trigger
+    extra.update(options or {})
+    if source == "kafka":
+        if history is not None:
+            raise ValueError("history splicing needs source='bolide'")
+        return kafka_stream(spark, config, cluster, **extra)
+    if source != "bolide":
+        raise ValueError(f"source must be 'bolide' or 'kafka', got {source!r}")
+    from bolide.spark.kafka import kafka_options
+    from bolide.spark.source import register
+
+    register(spark)
+    opts = kafka_options(config, cluster, **extra)
+    if history is not None:
+        opts["bolide.store"] = history
+    return spark.readStream.format("bolide").options(**opts).load()
+
+
+def _check_store(store: str | SqlStore) -> None:
+    """Fail before the query starts when the store's schema is missing or behind."""
+    from bolide.stores import SqlStore
+
+    if isinstance(store, SqlStore):
+        store.check_schema()
+        return
+    with SqlStore(store) as opened:
+        opened.check_schema()
+
+
+def _store_batches(store: str | SqlStore, batches: dict[str, list[Record]]) -> int:
+    """Write one micro-batch; a store given by URL is opened per batch and closed again."""
+    from bolide.stores import SqlStore
+
+    if isinstance(store, SqlStore):
+        return store.store_batches(batches)
+    with SqlStore(store) as opened:
+        return opened.store_batches(batches)
+
+
+def _start(
+    writer: Any, checkpoint: str, until_caught_up: bool, trigger_interval_s: float
+) -> StreamingQuery:
+    writer = writer.option("checkpointLocation", checkpoint)
+    if until_caught_up:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(trigger_interval_s * 1000)} milliseconds")
+    query: StreamingQuery = writer.start()
+    if until_caught_up:
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            raise BolideError(f"the streaming query {query.name!r} failed: {exc}") from exc
+    return query
+
+
+def archive(
+    spark: SparkSession,
+    stream: str | StreamConfig,
+    store: str | SqlStore,
+    checkpoint: str,
+    *,
+    bootstrap: str | Cluster,
+    source: Source = "bolide",
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = 10_000,
+    until_caught_up: bool = True,
+    trigger_interval_s: float = 1.0,
+    on_batch: BatchCallback | None = None,
+    options: Mapping[str, str] | None = None,
+) -> StreamingQuery:
+    """Archive a stream into the SQL history store with Structured Streaming.
+
+    Each micro-batch is written by ``SqlStore.store_all``, which is idempotent on (stream,
+    partition, offset): a batch Spark replays after a crash or restart inserts nothing twice,
+    and the checkpoint ensures nothing is skipped. The store's schema must be current
+    (``bolide db upgrade``).
+
+    Args:
+        spark: The session.
+        stream: The stream to archive.
+        store: ``SqlStore`` or its SQLAlchemy URL.
+        checkpoint: Spark checkpoint directory; restarting with it resumes where it stopped.
+        bootstrap: Bootstrap servers or a ``Cluster``.
+        source: ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
+        starting_offsets: Where a new checkpoint starts.
+        max_offsets_per_trigger: Most records per micro-batch (and per transaction).
+        until_caught_up: Archive what the stream holds now, then stop (``availableNow``);
+            false runs until ``query.stop()``.
+        trigger_interval_s: Micro-batch interval when running continuously.
+        on_batch: Called after each micro-batch with a ``BatchReport``.
+        options: Further source options.
+
+    Returns:
+        The streaming query (already finished when ``until_caught_up``).
+    """
+    _check_store(store)
+    df = read_stream(
+        spark,
+        stream,
+        bootstrap,
+        source=source,
+        starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        options=options,
+    )
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        began = time.monotonic()
+        batches = records_by_stream(batch.toArrow())
+        rows = sum(len(r) for r in batches.values())
+        inserted = _store_batches(store, batches) if rows else 0
+        report = BatchReport(batch_id, rows, inserted, 0, time.monotonic() - began)
+        log.info("archive batch %d: %d rows, %d new", batch_id, rows, inserted)
+        if on_batch is not None:
+            on_batch(report)
+
+    writer = df.writeStream.queryName(f"bolide-archive-{_stream(stream).name}")
+    return _start(writer.foreachBatch(write), checkpoint, until_caught_up, trigger_interval_s)
+
+
+def _publish_rows(
+    rows: list[dict[str, Any]], out: Publisher, dead: Publisher | None
+) -> tuple[int, int]:
+    published = dead_letters = 0
+    for row in rows:
+        headers = [(h["key"], h["value"] or b"") for h in row["headers"] or []]
+        if row["reason"] is None:
+            out.publish_async(Record(row["value"] or b"", key=row["key"], headers=headers))
+            published += 1
+            continue
+        dead_letters += 1
+        if dead is None:
+            log.warning(
+                "dropping %s[%s]@%s: %s (%s)",
+                row["topic"],
+                row["partition"],
+                row["offset"],
+                row["reason"],
+                row["detail"],
+            )
+            continue
+        headers = [h for h in headers if h[0] not in (REASON_HEADER, DETAIL_HEADER)]
+        headers += [
+            (REASON_HEADER, row["reason"].encode()),
+            (DETAIL_HEADER, row["detail"].encode()),
+        ]
+        dead.publish_async(Record(row["value"] or b"", key=row["key"], headers=headers))
+    return published, dead_letters
+
+
+def _release_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    number = row["seq_number"]
+    return (row["topic"], row["partition"], row["seq_group"] or "", number or 0, row["offset"])
+
+
+def resequence(
+    spark: SparkSession,
+    stream: str | StreamConfig,
+    output: str | StreamConfig,
+    checkpoint: str,
+    *,
+    bootstrap: str | Cluster,
+    mode: Literal["batch", "stream"] = "batch",
+    timeout_s: float = 30.0,
+    on_timeout: Literal["release", "dead_letter"] = "release",
+    dead_letter: str | StreamConfig | None = None,
+    source: Source = "bolide",
+    starting_offsets: str = "earliest",
+    trigger_interval_s: float = 1.0,
+    on_batch: BatchCallback | None = None,
+    options: Mapping[str, str] | None = None,
+) -> StreamingQuery:
+    """Publish each group's records to ``output`` in sequence order (stateful streaming).
+
+    Groups are read from the ``bolide.seq.*`` headers (see ``resequenced`` for the rules).
+    Released records keep their key (so a group stays on one partition), payload and headers;
+    dead letters go to ``dead_letter`` with ``bolide.reason`` and ``bolide.reason.detail``
+    headers, or are logged and dropped without one. Publishing is at least once: a batch
+    Spark replays after a crash is published again.
+
+    Args:
+        spark: The session.
+        stream: Input stream.
+        output: Stream receiving the records in order (created if missing).
+        checkpoint: Spark checkpoint directory (offsets and group state).
+        bootstrap: Bootstrap servers or a ``Cluster``.
+        mode: ``"batch"`` or ``"stream"`` (see ``resequenced``).
+        timeout_s: Seconds a group has to complete, from its first record.
+        on_timeout: ``"release"`` or ``"dead_letter"``.
+        dead_letter: Dead-letter stream; required for ``on_timeout="dead_letter"``.
+        source: ``"bolide"`` or ``"kafka"``.
+        starting_offsets: Where a new checkpoint starts.
+        trigger_interval_s: Micro-batch interval; timeouts are checked at each trigger.
+        on_batch: Called after each micro-batch with a ``BatchReport``.
+        options: Further source options.
+
+    Returns:
+        The running query; call ``stop()`` to end it.
+    """
+    if on_timeout == "dead_letter" and dead_letter is None:
+        raise ValueError("on_timeout='dead_letter' needs a dead_letter stream")
+    cluster = _cluster(bootstrap)
+    out_stream = _stream(output)
+    df = read_stream(
+        spark, stream, cluster, source=source, starting_offsets=starting_offsets, options=options
+    )
+    ordered = resequenced(df, mode=mode, timeout_s=timeout_s, on_timeout=on_timeout)
+    out = Publisher(cluster, PublisherConfig(stream=out_stream))
+    dead = None
+    if dead_letter is not None:
+        dead = Publisher(cluster, PublisherConfig(stream=_stream(dead_letter)))
+    ensure_topic(cluster, out_stream)
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        began = time.monotonic()
+        rows = batch.toArrow().to_pylist()
+        # Keep each group in sequence order; unsequenced records keep their offset order.
+        rows.sort(key=_release_order)
+        published, dead_letters = _publish_rows(rows, out, dead)
+        out.flush(30)
+        if dead is not None:
+            dead.flush(30)
+        report = BatchReport(batch_id, len(rows), published, dead_letters, time.monotonic() - began)
+        if on_batch is not None:
+            on_batch(report)
+
+    writer = ordered.writeStream.queryName(f"bolide-resequence-{out_stream.name}")
+    publishers = [p for p in (out, dead) if p is not None]
+    try:
+        started = _start(writer.foreachBatch(write), checkpoint, False, trigger_interval_s)
+    except BaseException:
+        for publisher in publishers:
+            publisher.close()
+        raise
+
+    def close_publishers() -> None:
+        for publisher in publishers:
+            publisher.close()
+
+    _on_termination(started, close_publishers)
+    return started
+
+
+def _on_termination(query: StreamingQuery, fn: Callable[[], Any]) -> None:
+    """Call ``fn`` once ``query`` stops (however it stops), from a watcher thread."""
+
+    def watch() -> None:
+        try:
+            query.awaitTermination()
+        except Exception:  # a failed query ends too; its error is the query's to report
+            log.debug("query %s ended with an error", query.name, exc_info=True)
+        fn()
+
+    threading.Thread(target=watch, name=f"bolide-{query.name}-closer", daemon=True).start()
+
+
+def query(
+    spark: SparkSession,
+    sql: str,
+    store: str | SqlStore,
+    streams: Sequence[str] | None = None,
+    *,
+    view: str = "records",
+    via: Literal["auto", "jdbc", "store"] = "auto",
+) -> DataFrame:
+    """Run Spark SQL over archived records.
+
+    The archive is loaded (``load_archive``) as the temporary view ``view``, with the Kafka
+    source's columns (``topic`` is the stream name) plus ``headers``.
+
+    Args:
+        spark: The session.
+        sql: A Spark SQL query over ``view``.
+        store: ``SqlStore`` or its SQLAlchemy URL.
+        streams: Streams to load; all archived streams when ``None``.
+        view: Name of the temporary view.
+        via: ``"jdbc"`` (Spark reads the tables itself; needs the JDBC driver on the
+            classpath), ``"store"`` (pages through ``SqlStore.read`` in the driver), or
+            ``"auto"`` (JDBC when the driver is there).
+
+    Returns:
+        The query's DataFrame.
+    """
+    load_archive(spark, store, streams, via=via).createOrReplaceTempView(view)
+    return spark.sql(sql)

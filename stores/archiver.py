@@ -1,0 +1,462 @@
+"""Archiver: tails streams into the history store, at least once in, exactly once in the table.
+
+Each batch is written in one database transaction, and only after that transaction commits are
+the Kafka offsets committed (synchronously). Killed at any moment, the archiver restarts from
+the last committed offsets: records written but not yet committed in Kafka are read again and
+skipped by the table's primary key, so no row is lost and none is duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from bolide.facade._kafka import (
+    CONSUMER_DEFAULTS,
+    FetchGaps,
+    ensure_topic,
+    log_ends,
+    log_starts,
+)
+from bolide.facade.config import Cluster, HistoryStore, StreamConfig
+from bolide.facade.errors import BrokerError, StoreError
+from bolide.facade.record import Record, record_from_message
+from bolide.stores._capacity import require_delete_records, trim
+from bolide.stores.store import SqlStore
+from bolide.stores.typed_archive import write_typed
+
+__all__ = ["Archiver", "ArchiverStats", "ProgressCallback"]
+
+log = logging.getLogger(__name__)
+
+_TP = tuple[str, int]
+
+#: Archiver consumer defaults (over CONSUMER_DEFAULTS): a restarted archiver takes over the
+#: partitions of a killed one after the session timeout, so keep it shorter than Kafka's 45 s.
+ARCHIVER_CONSUMER_DEFAULTS: dict[str, Any] = {
+    "auto.offset.reset": "earliest",
+    "session.timeout.ms": 10_000,
+}
+
+
+@dataclass(frozen=True)
+class ArchiverStats:
+    """A snapshot of an archiver's progress (what the progress callback receives).
+
+    Attributes:
+        records: Records read from Kafka and written to the store in this run.
+        inserted: Of those, rows new to the table (the rest were already archived).
+        batches: Transactions committed.
+        elapsed_s: Seconds since the run started.
+        records_per_s: Throughput since the previous snapshot.
+        lag: Records behind the end of the streams (an estimate while following).
+        caught_up: The run reached the end it was asked to reach.
+        retries: Database writes that failed and were retried.
+        positions: Next offset to archive, per ``(stream, partition)``.
+    """
+
+    records: int = 0
+    inserted: int = 0
+    batches: int = 0
+    elapsed_s: float = 0.0
+    records_per_s: float = 0.0
+    lag: int | None = None
+    caught_up: bool = False
+    retries: int = 0
+    positions: dict[_TP, int] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[ArchiverStats], None]
+
+
+class Archiver:
+    """Copies streams from Kafka into a history store, in its own consumer group.
+
+    Args:
+        cluster: Where the streams live.
+        store: The history store (``SqlStore``) that receives the records.
+        streams: The streams to archive; a stream's ``store``, when set, must be ``store``.
+        group: The consumer group; its committed offsets are the archive's position.
+        batch_size: Most records per transaction.
+        consumer_config: librdkafka consumer settings, passed through.
+        progress: ``fn(ArchiverStats)`` called about every ``progress_interval_s``.
+        progress_interval_s: Seconds between progress calls.
+        max_backoff_s: Longest wait between retries of a failed database write.
+        serdes: Serdes by stream name (``AvroSerde``): those streams also fill their typed
+            table (``bolide.stores.typed_archive``) in the same transaction. Needs a SqlStore.
+
+    A stream with ``capacity=N`` is trimmed in Kafka to about N records per partition once
+    they are archived, with DeleteRecords.
+
+    Raises:
+        BrokerError: A stream has a capacity and the broker cannot delete records.
+        SchemaOutOfDateError: The store's schema is behind (run ``bolide db upgrade``).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        store: HistoryStore,
+        streams: Sequence[StreamConfig],
+        *,
+        group: str = "bolide-archiver",
+        batch_size: int = 2_000,
+        consumer_config: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+        progress_interval_s: float = 1.0,
+        max_backoff_s: float = 5.0,
+        serdes: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(cluster, Cluster):
+            raise TypeError("cluster must be a Cluster")
+        if not isinstance(store, HistoryStore):
+            raise TypeError("store must implement HistoryStore (e.g. SqlStore)")
+        if isinstance(streams, StreamConfig) or not streams:
+            raise ValueError("streams must be a non-empty list of StreamConfig")
+        for stream in streams:
+            if not isinstance(stream, StreamConfig):
+                raise TypeError(f"streams must hold StreamConfig, not {type(stream).__name__}")
+            if stream.store is not None and not _same_store(stream.store, store):
+                raise ValueError(f"stream {stream.name!r} has another store than the archiver's")
+        if not isinstance(group, str) or not group:
+            raise ValueError("group must be a non-empty string")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be callable")
+        self.serdes = dict(serdes or {})
+        unknown = set(self.serdes) - {s.name for s in streams}
+        if unknown:
+            raise ValueError(f"serdes name streams the archiver does not read: {sorted(unknown)}")
+        if self.serdes and not isinstance(store, SqlStore):
+            raise ValueError("serdes need a SqlStore: typed tables live in its database")
+        self.cluster = cluster
+        self.store = store
+        self.streams = {s.name: s for s in streams}
+        self.group = group
+        self.batch_size = batch_size
+        self.progress = progress
+        self.progress_interval_s = progress_interval_s
+        self.max_backoff_s = max_backoff_s
+        self._consumer_config = dict(consumer_config or {})
+        self._partitions: list[_TP] = []
+        for stream in self.streams.values():
+            count = ensure_topic(cluster, stream)
+            self._partitions.extend((stream.name, p) for p in range(count))
+            if stream.capacity is not None:
+                require_delete_records(cluster, stream.name)
+        if isinstance(store, SqlStore):
+            store.check_schema()
+        self._stop = threading.Event()
+        self._gaps: dict[str, FetchGaps] = {}  # per topic, for the current consumer
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._trimmed: dict[_TP, int] = {}
+        self.stats = ArchiverStats()
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Archive in a background thread until ``stop()``."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("the archiver is already running")
+        self._stop.clear()
+        self._error = None
+        self._thread = threading.Thread(target=self._serve, name="bolide-archiver", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.run(until_caught_up=False)
+        except BaseException as exc:  # reported by stop()
+            log.exception("archiver stopped by an error")
+            self._error = exc
+
+    def stop(self, timeout_s: float = 30.0) -> ArchiverStats:
+        """Stop after the batch in hand; re-raise what stopped the thread, if anything."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the archiver did not stop within {timeout_s}s")
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self.stats
+
+    def __enter__(self) -> Archiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, until_caught_up: bool = True) -> ArchiverStats:
+        """Archive until the streams' ends as of now (or until ``stop()``).
+
+        Args:
+            until_caught_up: Return once every record published before the call is archived;
+                ``False`` follows the streams until ``stop()``.
+
+        Returns:
+            The final statistics.
+        """
+        settings = self.cluster.settings
+        consumer = Consumer(
+            self.cluster.client_config(
+                CONSUMER_DEFAULTS,
+                # The cluster's own settings win over the archiver's defaults.
+                {k: v for k, v in ARCHIVER_CONSUMER_DEFAULTS.items() if k not in settings},
+                {"group.id": self.group, "client.id": f"bolide-archiver-{self.group}"},
+                self._consumer_config,
+            )
+        )
+        started = time.monotonic()
+        meter = _Meter(started)
+        try:
+            positions = self._committed(consumer)
+            target = self._ends() if until_caught_up else None
+            self.stats = ArchiverStats(positions=dict(positions))
+            if target is not None and _reached(positions, target):
+                self._report(meter, positions, target, caught_up=True, force=True)
+                return self.stats
+            self._gaps = {}
+            consumer.subscribe(sorted(self.streams))
+            last_refresh = time.monotonic()
+            while not self._stop.is_set():
+                messages = consumer.consume(self.batch_size, timeout=0.2)
+                records = self._records(consumer, messages)
+                if records:
+                    committed = self._archive(consumer, records, meter)
+                    positions.update(committed)
+                elif target is not None and time.monotonic() - last_refresh > 1.0:
+                    # Idle: other group members may have moved; learn their commits.
+                    last_refresh = time.monotonic()
+                    positions.update(self._refresh(consumer))
+                done = target is not None and _reached(positions, target)
+                self._report(meter, positions, target, caught_up=done, force=done)
+                if done:
+                    break
+        finally:
+            consumer.close()
+            self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
+        return self.stats
+
+    def _records(self, consumer: Consumer, messages: list[Message]) -> dict[str, list[Record]]:
+        out: dict[str, list[Record]] = {}
+        refetching: set[tuple[str | None, int | None]] = set()
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise BrokerError(f"the archiver's consumer failed: {err.str()}")
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("archiver read error: %s", err.str())
+                continue
+            where = (msg.topic(), msg.partition())
+            if where in refetching:
+                continue
+            gaps = self._gaps.setdefault(str(msg.topic()), FetchGaps(str(msg.topic())))
+            if gaps.refetch(consumer, msg):
+                refetching.add(where)  # the rest of this partition comes again, in order
+                continue
+            rec = record_from_message(msg)
+            out.setdefault(str(rec.stream), []).append(rec)
+        return out
+
+    def _archive(
+        self, consumer: Consumer, records: dict[str, list[Record]], meter: _Meter
+    ) -> dict[_TP, int]:
+        """Write one batch (one transaction), then commit its offsets, then trim."""
+        inserted = self._write(records)
+        nexts: dict[_TP, int] = {}
+        for stream, recs in records.items():
+            for rec in recs:
+                tp = (stream, int(rec.partition or 0))
+                nexts[tp] = max(nexts.get(tp, 0), int(rec.offset or 0) + 1)
+        count = sum(len(r) for r in records.values())
+        meter.add(count)
+        self.stats = replace(
+            self.stats,
+            records=self.stats.records + count,
+            inserted=self.stats.inserted + inserted,
+            batches=self.stats.batches + 1,
+        )
+        committed = self._commit(consumer, nexts)
+        self._trim(consumer, committed)
+        return committed
+
+    def _write(self, records: dict[str, list[Record]]) -> int:
+        """Write with retries and backoff; Kafka offsets wait until this returns."""
+        delay = 0.1
+        while True:
+            try:
+                if isinstance(self.store, SqlStore):
+                    return self.store.store_batches(records, also=self._typed(records))
+                return sum(self.store.store_all(s, recs) for s, recs in records.items())
+            except StoreError as exc:
+                if not exc.retriable or self._stop.is_set():
+                    raise
+                self.stats = replace(self.stats, retries=self.stats.retries + 1)
+                log.warning("archive write failed, retrying in %.1fs: %s", delay, exc)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, self.max_backoff_s)
+
+    def _typed(self, records: dict[str, list[Record]]) -> Callable[[Any], None] | None:
+        """Write the typed tables of streams with a serde, in the store's transaction."""
+        typed = {s: recs for s, recs in records.items() if s in self.serdes and recs}
+        if not typed:
+            return None
+
+        def write(conn: Any) -> None:
+            for stream, recs in typed.items():
+                write_typed(conn, stream, recs, self.serdes[stream])
+
+        return write
+
+    def _commit(self, consumer: Consumer, nexts: dict[_TP, int]) -> dict[_TP, int]:
+        """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
+        offsets = [TopicPartition(t, p, o) for (t, p), o in nexts.items()]
+        for attempt in range(3):
+            try:
+                result = consumer.commit(offsets=offsets, asynchronous=False) or []
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.retriable() and attempt < 2:
+                    time.sleep(0.2)
+                    continue
+                log.warning("offset commit failed (the records will be re-read): %s", err.str())
+                return {}
+            return {(tp.topic, tp.partition): int(tp.offset) for tp in result if tp.error is None}
+        return {}
+
+    def _trim(self, consumer: Consumer, committed: dict[_TP, int]) -> None:
+        """Keep about ``capacity`` records per partition in Kafka; only archived ones go."""
+        before: dict[_TP, int] = {}
+        for (topic, p), position in committed.items():
+            capacity = self.streams[topic].capacity
+            if capacity is None:
+                continue
+            high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
+            end = max(int(high), position)
+            cut = min(position, end - capacity)
+            slack = max(1, capacity // 10)
+            if cut - self._trimmed.get((topic, p), 0) >= slack:
+                before[(topic, p)] = cut
+        self._trimmed.update(trim(self.cluster, before))
+
+    # -- positions and progress -------------------------------------------------------------
+
+    def _committed(self, consumer: Consumer, timeout_s: float = 10.0) -> dict[_TP, int]:
+        """The group's committed offsets; the log start where nothing is committed."""
+        asked = [TopicPartition(t, p) for t, p in self._partitions]
+        out: dict[_TP, int] = {}
+        missing: dict[str, list[int]] = {}
+        for tp in consumer.committed(asked, timeout=timeout_s):
+            if tp.offset is not None and tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = int(tp.offset)
+            else:
+                missing.setdefault(tp.topic, []).append(tp.partition)
+        for topic, parts in missing.items():
+            for p, start in log_starts(consumer, topic, parts).items():
+                out[(topic, p)] = start
+        return out
+
+    def _refresh(self, consumer: Consumer) -> dict[_TP, int]:
+        """Committed offsets once this member holds partitions; nothing while it joins.
+
+        A join in progress holds the coordinator connection (brokers answer one request per
+        connection at a time), so asking then would only time out.
+        """
+        if not consumer.assignment():
+            return {}
+        try:
+            return self._committed(consumer, timeout_s=2.0)
+        except KafkaException as exc:
+            log.debug("could not refresh committed offsets: %s", exc)
+            return {}
+
+    def _ends(self) -> dict[_TP, int]:
+        ends: dict[_TP, int] = {}
+        for name, stream in self.streams.items():
+            for p, end in log_ends(self.cluster, name, range(stream.partitions)).items():
+                ends[(name, p)] = end
+        return ends
+
+    def _report(
+        self,
+        meter: _Meter,
+        positions: dict[_TP, int],
+        target: dict[_TP, int] | None,
+        *,
+        caught_up: bool,
+        force: bool = False,
+    ) -> None:
+        now = time.monotonic()
+        if not force and now - meter.last_report < self.progress_interval_s:
+            return
+        lag = (
+            None
+            if target is None
+            else sum(max(0, e - positions.get(tp, 0)) for tp, e in target.items())
+        )
+        self.stats = replace(
+            self.stats,
+            elapsed_s=now - meter.started,
+            records_per_s=meter.rate(now),
+            lag=lag,
+            caught_up=caught_up,
+            positions=dict(positions),
+        )
+        if self.progress is not None:
+            try:
+                self.progress(self.stats)
+            except Exception:
+                log.exception("archiver progress callback raised")
+
+    def __repr__(self) -> str:
+        return f"Archiver(streams={sorted(self.streams)!r}, group={self.group!r}, {self.store!r})"
+
+
+class _Meter:
+    """Records per second between progress reports."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.last_report = started
+        self._count = 0
+
+    def add(self, count: int) -> None:
+        self._count += count
+
+    def rate(self, now: float) -> float:
+        span = max(now - self.last_report, 1e-6)
+        rate = self._count / span
+        self._count = 0
+        self.last_report = now
+        return rate
+
+
+def _reached(positions: dict[_TP, int], target: dict[_TP, int]) -> bool:
+    return all(positions.get(tp, 0) >= end for tp, end in target.items())
+
+
+def _same_store(a: HistoryStore, b: HistoryStore) -> bool:
+    if a is b:
+        return True
+    return isinstance(a, SqlStore) and isinstance(b, SqlStore) and a.url == b.url

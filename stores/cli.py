@@ -1,0 +1,333 @@
+"""``bolide db``, ``bolide archive`` and ``bolide sql``: thin shims over SqlStore and Archiver.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+
+from bolide.facade._kafka import admin_client
+from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.config import Cluster, StreamConfig
+from bolide.facade.errors import BrokerError, StoreError
+from bolide.stores import _durable_cli
+from bolide.stores.archiver import Archiver, ArchiverStats
+from bolide.stores.store import SqlStore
+
+__all__ = ["register"]
+
+_PARAM_TYPES = ("str", "int", "float", "bytes", "hex", "null")
+_CELL_WIDTH = 60
+
+
+def register(subparsers: Any) -> None:
+    """Add ``db``, ``archive`` and ``sql`` to the ``bolide`` command line."""
+    db = subparsers.add_parser(
+        "db", help="migrate the history database", description="Alembic migrations of bolide."
+    )
+    db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    up = db_sub.add_parser("upgrade", help="upgrade the schema (default: to head)")
+    up.add_argument("revision", nargs="?", default="head", help="target revision (head)")
+    down = db_sub.add_parser("downgrade", help="downgrade the schema (default: one step)")
+    down.add_argument("revision", nargs="?", default="-1", help="target revision or -N (-1)")
+    current = db_sub.add_parser("current", help="print the schema revision and the head")
+    for parser, func in ((up, _db_upgrade), (down, _db_downgrade), (current, _db_current)):
+        add_db_argument(parser)
+        parser.set_defaults(func=func, parser=parser)
+
+    archive = subparsers.add_parser(
+        "archive",
+        help="copy streams from Kafka into the history database",
+        description="Archive streams into the SQL history in the consumer group GROUP. "
+        "Stops once caught up, or follows with --follow until SIGINT/SIGTERM.",
+    )
+    archive.add_argument(
+        "--stream", action="append", required=True, metavar="NAME", help="stream (repeatable)"
+    )
+    add_db_argument(archive)
+    add_bootstrap_argument(archive)
+    archive.add_argument("--follow", action="store_true", help="keep archiving new records")
+    archive.add_argument("--json", action="store_true", help="machine-readable output")
+    archive.add_argument("--group", default="bolide-archiver", help="consumer group")
+    archive.add_argument("--batch-size", type=int, default=2_000, help="records per transaction")
+    archive.add_argument(
+        "--capacity", type=int, default=None, help="trim Kafka to about N records per partition"
+    )
+    archive.add_argument(
+        "-X",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting for the archiver's clients (repeatable)",
+    )
+    archive.set_defaults(func=_archive, parser=archive)
+
+    sql = subparsers.add_parser(
+        "sql",
+        help="run a SQL query on the history database",
+        description="Run one SQL statement with bound parameters; changes are rolled back. "
+        "Parameters: --param name=value, or name:TYPE=value with TYPE in "
+        f"{', '.join(_PARAM_TYPES)} (bytes: UTF-8 of value; hex: bytes from hex digits).",
+    )
+    sql.add_argument("query", help='the statement, with :name placeholders ("SELECT ...")')
+    add_db_argument(sql)
+    sql.add_argument(
+        "--param", action="append", default=[], metavar="NAME[:TYPE]=VALUE", help="bound value"
+    )
+    sql.add_argument("--json", action="store_true", help="print rows as a JSON array")
+    sql.set_defaults(func=_sql, parser=sql)
+
+    _durable_cli.register(subparsers)
+
+
+def _db_url(args: argparse.Namespace) -> str:
+    if not args.db:
+        args.parser.error("--db URL is required (or set $BOLIDE_DB)")
+    return str(args.db)
+
+
+def _store(args: argparse.Namespace, *, check_schema: bool) -> SqlStore:
+    try:
+        return SqlStore(_db_url(args), check_schema=check_schema)
+    except (ValueError, TypeError) as error:
+        args.parser.error(str(error))
+        raise  # pragma: no cover - error() exits
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=False) as store:
+        store.upgrade(args.revision)
+        print(f"{store.url}: at revision {store.current()} (head {store.head()})")
+    return 0
+
+
+def _db_downgrade(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=False) as store:
+        store.downgrade(args.revision)
+        print(f"{store.url}: at revision {store.current()} (head {store.head()})")
+    return 0
+
+
+def _db_current(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=False) as store:
+        current, head = store.current(), store.head()
+        state = "up to date" if current == head else "run `bolide db upgrade`"
+        print(f"{current or 'none'} (head {head}): {state}")
+    return 0
+
+
+# -- archive ------------------------------------------------------------------------------------
+
+
+def _archive(args: argparse.Namespace) -> int:
+    if not args.bootstrap:
+        args.parser.error("--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)")
+    if args.batch_size < 1:
+        args.parser.error("--batch-size must be >= 1")
+    if args.capacity is not None and args.capacity < 1:
+        args.parser.error("--capacity must be >= 1")
+    settings: dict[str, str] = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            args.parser.error(f"-X expects KEY=VALUE, got {item!r}")
+        settings[key] = value
+    cluster = Cluster(args.bootstrap, **settings)
+    with _store(args, check_schema=True) as store:
+        streams = [_stream(cluster, name, store, args.capacity) for name in args.stream]
+        display = _Progress(sys.stderr, as_json=args.json)
+        archiver = Archiver(
+            cluster, store, streams, group=args.group, batch_size=args.batch_size, progress=display
+        )
+        stop = lambda *_: archiver.stop()  # noqa: E731  # signal handler: finish the batch, exit
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        stats = archiver.run(until_caught_up=not args.follow)
+        display.finish()
+    summary = {
+        "records": stats.records,
+        "inserted": stats.inserted,
+        "batches": stats.batches,
+        "elapsed_s": round(stats.elapsed_s, 3),
+        "lag": stats.lag,
+        "caught_up": stats.caught_up,
+        "positions": {f"{t}[{p}]": o for (t, p), o in sorted(stats.positions.items())},
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"archived {stats.records} records ({stats.inserted} new) in {stats.batches} "
+            f"batches, {stats.elapsed_s:.1f}s"
+        )
+    return 0
+
+
+def _stream(cluster: Cluster, name: str, store: SqlStore, capacity: int | None) -> StreamConfig:
+    """The stream's config, partition count taken from the existing topic."""
+    try:
+        info = admin_client(cluster).list_topics(timeout=10).topics.get(name)
+    except Exception as error:
+        raise BrokerError(f"cannot reach {cluster.bootstrap_servers}: {error}") from None
+    if info is None or info.error is not None or not info.partitions:
+        raise BrokerError(f"stream {name!r} does not exist on {cluster.bootstrap_servers}")
+    count = len(info.partitions)
+    return StreamConfig(
+        name=name, partitions=count, global_order=count == 1, store=store, capacity=capacity
+    )
+
+
+class _Progress:
+    """Progress on stderr: one rewritten line on a terminal, a line per report otherwise."""
+
+    def __init__(self, out: TextIO, *, as_json: bool) -> None:
+        self.out = out
+        self.as_json = as_json
+        self.tty = out.isatty() and not as_json
+        self._wrote = False
+
+    def __call__(self, stats: ArchiverStats) -> None:
+        if self.as_json:
+            line = json.dumps(
+                {
+                    "records": stats.records,
+                    "records_per_s": round(stats.records_per_s, 1),
+                    "lag": stats.lag,
+                    "caught_up": stats.caught_up,
+                }
+            )
+        else:
+            lag = "?" if stats.lag is None else str(stats.lag)
+            line = (
+                f"{stats.records} records, {stats.records_per_s:,.0f} records/s, lag {lag}"
+                f"{', caught up' if stats.caught_up else ''}"
+            )
+        if self.tty:
+            self.out.write(f"\r\x1b[K{line}")
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+        self._wrote = True
+
+    def finish(self) -> None:
+        if self.tty and self._wrote:
+            self.out.write("\n")
+            self.out.flush()
+
+
+# -- sql ----------------------------------------------------------------------------------------
+
+
+def _sql(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {}
+    for item in args.param:
+        try:
+            name, value = _param(item)
+        except ValueError as error:
+            args.parser.error(str(error))
+        params[name] = value
+    db = _db_url(args)
+    url = sa.make_url(db) if "://" in db else None
+    if url is not None and url.get_backend_name() == "sqlite":
+        path = url.database
+        if path not in (None, "", ":memory:") and not Path(str(path)).exists():
+            raise StoreError(f"no database file at {path}")
+    with _store(args, check_schema=False) as store:
+        started = time.monotonic()
+        try:
+            with store.engine.connect() as conn:
+                result = conn.execute(sa.text(args.query), params)
+                columns = list(result.keys()) if result.returns_rows else []
+                rows = [tuple(r) for r in result] if result.returns_rows else []
+                affected = result.rowcount if not result.returns_rows else None
+                conn.rollback()  # quick looks only: nothing a statement changes is kept
+        except exc.SQLAlchemyError as error:
+            detail = error.orig if isinstance(error, exc.DBAPIError) else error
+            raise StoreError(f"query failed: {store.scrub(str(detail)).strip()}") from None
+        elapsed = time.monotonic() - started
+    if args.json:
+        print(json.dumps([dict(zip(columns, map(_json_cell, row), strict=True)) for row in rows]))
+    elif columns:
+        print(_table(columns, rows))
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}, {elapsed:.3f}s)", file=sys.stderr)
+    else:
+        print(f"statement ran, {affected} rows affected, rolled back", file=sys.stderr)
+    return 0
+
+
+def _param(item: str) -> tuple[str, Any]:
+    spec, sep, raw = item.partition("=")
+    if not sep:
+        raise ValueError(f"--param expects NAME[:TYPE]=VALUE, got {item!r}")
+    name, _, kind = spec.partition(":")
+    kind = kind or "str"
+    if not name.isidentifier():
+        raise ValueError(f"--param name {name!r} is not an identifier")
+    try:
+        if kind == "str":
+            return name, raw
+        if kind == "int":
+            return name, int(raw)
+        if kind == "float":
+            return name, float(raw)
+        if kind == "bytes":
+            return name, raw.encode()
+        if kind == "hex":
+            return name, bytes.fromhex(raw)
+        if kind == "null":
+            return name, None
+    except ValueError:
+        raise ValueError(f"--param {name}: {raw!r} is not a valid {kind}") from None
+    raise ValueError(f"--param {name}: type {kind!r} is not one of {', '.join(_PARAM_TYPES)}")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _bytes(bytes(value))
+    return str(value)
+
+
+def _bytes(value: bytes) -> str:
+    """UTF-8 text when the bytes are printable text, else ``\\x`` and hex (PostgreSQL's way)."""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return "\\x" + value.hex()
+    return text if text.isprintable() else "\\x" + value.hex()
+
+
+def _json_cell(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _bytes(bytes(value))
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    def cell(value: Any) -> str:
+        text = _text(value)
+        return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+    ]
+    lines.extend(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
+    return "\n".join(lines)

@@ -1,0 +1,215 @@
+"""SqlSchemaRegistry: Avro schema ids kept in the history store's database.
+
+A deployment that already runs a ``SqlStore`` needs no other service for schema ids: the
+tables of revision ``0002`` hold each distinct schema once (a global id, as Confluent Schema
+Registry assigns), the versions of each subject, and each subject's compatibility level.
+Registration runs in one transaction; a concurrent registration of the same schema or subject
+version is retried, so every process agrees on one id.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from bolide.facade.errors import SchemaNotFoundError
+from bolide.facade.schema_registry import (
+    Compatibility,
+    RegisteredSchema,
+    check_compatible,
+    schema_fingerprint,
+    schema_text,
+)
+from bolide.stores._registry_schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
+from bolide.stores.store import SqlStore, _insert_ignoring_duplicates
+
+__all__ = ["SqlSchemaRegistry"]
+
+_ATTEMPTS = 5
+
+
+class SqlSchemaRegistry:
+    """A schema registry on the SQL store's database (SQLite or PostgreSQL).
+
+    Args:
+        store_or_url: A ``SqlStore``, or a database URL for which one is created.
+
+    The database must be at the newest schema revision (``bolide db upgrade --db URL``).
+    ``close()`` releases a store created from a URL; a given store stays its owner's.
+
+    Raises:
+        SchemaOutOfDateError: On first use, when the registry tables are missing.
+    """
+
+    def __init__(self, store_or_url: SqlStore | str) -> None:
+        self._owns_store = isinstance(store_or_url, str)
+        if isinstance(store_or_url, SqlStore):
+            self.store = store_or_url
+        elif isinstance(store_or_url, str):
+            self.store = SqlStore(store_or_url)
+        else:
+            raise TypeError(
+                f"store_or_url must be a SqlStore or a URL, not {type(store_or_url).__name__}"
+            )
+        self._texts: dict[int, str] = {}  # ids never change: cache them forever
+        self._checked = False
+        self._lock = threading.Lock()
+
+    def _ready(self) -> None:
+        if not self._checked:
+            self.store.check_schema()
+            self._checked = True
+
+    def register(self, subject: str, schema: Any) -> int:
+        """See ``SchemaRegistry.register``.
+
+        Raises:
+            SchemaIncompatibleError: The schema breaks the subject's compatibility level.
+            StoreError: The database failed.
+        """
+        _check_subject(subject)
+        text = schema_text(schema)
+        fingerprint = schema_fingerprint(text)
+        self._ready()
+
+        def attempts() -> int:
+            for attempt in range(_ATTEMPTS):
+                try:
+                    with self.store.engine.begin() as conn:
+                        return self._register(conn, subject, text, fingerprint)
+                except exc.IntegrityError:
+                    # Another process registered the same schema or version first: look again.
+                    if attempt == _ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return self.store._guard("register", attempts)
+
+    def _register(self, conn: Connection, subject: str, text: str, fingerprint: str) -> int:
+        s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
+        known = conn.execute(
+            sa.select(s.schema_id).where(s.fingerprint == fingerprint)
+        ).scalar_one_or_none()
+        versions = conn.execute(
+            sa.select(v.version, v.schema_id, s.schema)
+            .join(SCHEMAS, s.schema_id == v.schema_id)
+            .where(v.subject == subject)
+            .order_by(v.version)
+        ).all()
+        if known is not None and any(row.schema_id == known for row in versions):
+            return int(known)
+        level = self._level(conn, subject)
+        check_compatible(subject, level, text, [row.schema for row in versions])
+        if known is None:
+            dialect = conn.dialect.name
+            conn.execute(
+                _insert_ignoring_duplicates(dialect, SCHEMAS, [s.fingerprint]),
+                {"fingerprint": fingerprint, "schema": text},
+            )
+            known = conn.execute(
+                sa.select(s.schema_id).where(s.fingerprint == fingerprint)
+            ).scalar_one()
+        version = (versions[-1].version if versions else 0) + 1
+        conn.execute(
+            sa.insert(SCHEMA_VERSIONS),
+            {"subject": subject, "version": version, "schema_id": known},
+        )
+        return int(known)
+
+    def get_schema(self, schema_id: int) -> str:
+        """See ``SchemaRegistry.get_schema``."""
+        text = self._texts.get(schema_id)
+        if text is not None:
+            return text
+        self._ready()
+        s = SCHEMAS.c
+
+        def fetch() -> str | None:
+            with self.store.engine.connect() as conn:
+                found = conn.execute(sa.select(s.schema).where(s.schema_id == schema_id))
+                return found.scalar_one_or_none()
+
+        text = self.store._guard("schema lookup", fetch)
+        if text is None:
+            raise SchemaNotFoundError(f"schema id {schema_id} is not registered")
+        self._texts[schema_id] = text
+        return text
+
+    def latest(self, subject: str) -> RegisteredSchema | None:
+        """See ``SchemaRegistry.latest``."""
+        self._ready()
+        s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
+        query = (
+            sa.select(v.version, v.schema_id, s.schema)
+            .join(SCHEMAS, s.schema_id == v.schema_id)
+            .where(v.subject == subject)
+            .order_by(v.version.desc())
+            .limit(1)
+        )
+
+        def fetch() -> Any:
+            with self.store.engine.connect() as conn:
+                return conn.execute(query).one_or_none()
+
+        row = self.store._guard("subject lookup", fetch)
+        if row is None:
+            return None
+        return RegisteredSchema(subject, int(row.version), int(row.schema_id), str(row.schema))
+
+    def compatibility(self, subject: str) -> Compatibility:
+        """See ``SchemaRegistry.compatibility``."""
+        self._ready()
+
+        def fetch() -> Compatibility:
+            with self.store.engine.connect() as conn:
+                return self._level(conn, subject)
+
+        return self.store._guard("compatibility lookup", fetch)
+
+    def set_compatibility(self, subject: str, level: Compatibility | str) -> None:
+        """See ``SchemaRegistry.set_compatibility``."""
+        _check_subject(subject)
+        checked = Compatibility.of(level)
+        self._ready()
+
+        def write() -> None:
+            with self.store.engine.begin() as conn:
+                updated = conn.execute(
+                    sa.update(SCHEMA_SUBJECTS)
+                    .where(SCHEMA_SUBJECTS.c.subject == subject)
+                    .values(compatibility=checked.value)
+                )
+                if not updated.rowcount:
+                    conn.execute(
+                        _insert_ignoring_duplicates(
+                            conn.dialect.name, SCHEMA_SUBJECTS, [SCHEMA_SUBJECTS.c.subject]
+                        ),
+                        {"subject": subject, "compatibility": checked.value},
+                    )
+
+        self.store._guard("set compatibility", write)
+
+    @staticmethod
+    def _level(conn: Connection, subject: str) -> Compatibility:
+        c = SCHEMA_SUBJECTS.c
+        found = conn.execute(
+            sa.select(c.compatibility).where(c.subject == subject)
+        ).scalar_one_or_none()
+        return Compatibility.BACKWARD if found is None else Compatibility.of(found)
+
+    def close(self) -> None:
+        """Release the database connections of a store this registry created from a URL."""
+        if self._owns_store:
+            self.store.close()
+
+    def __repr__(self) -> str:
+        return f"SqlSchemaRegistry({self.store.url!r})"
+
+
+def _check_subject(subject: object) -> None:
+    if not isinstance(subject, str) or not subject or len(subject) > 255:
+        raise ValueError("subject must be a string of 1-255 characters")

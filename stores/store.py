@@ -1,0 +1,470 @@
+"""SqlStore: the SQL history behind a stream (Hazelcast's RingbufferStore, per partition).
+
+Kafka keeps the hot tail of a stream; this store keeps everything that was archived, keyed by
+``(stream, partition, offset)``, so a subscriber can read below Kafka's log start and people can
+query the history in plain SQL. SQLite (a file in WAL mode) is the embedded default,
+PostgreSQL the production database. The schema comes only from Alembic migrations.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.pool import StaticPool
+
+from bolide.facade._closing import Closing
+from bolide.facade.errors import SchemaOutOfDateError, StoreError
+from bolide.facade.record import Record, group_from_headers
+from bolide.stores import _migrate
+
+# Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
+from bolide.stores._inserts import _insert_ignoring_duplicates as _insert_ignoring_duplicates
+from bolide.stores._inserts import insert_postgresql
+from bolide.stores._schema import HEADERS, RECORDS
+
+__all__ = ["SqlStore"]
+
+_T = TypeVar("_T")
+_DIALECTS = ("sqlite", "postgresql")
+#: An insert row and the record's headers.
+_Row = tuple[dict[str, Any], list[tuple[str, bytes]]]
+_MAX_STREAM = 255
+
+
+class SqlStore(Closing):
+    """History store on SQLAlchemy 2 Core: SQLite (WAL) or PostgreSQL.
+
+    Args:
+        url: SQLAlchemy URL: ``sqlite:///bolide.db`` (the default, a file beside the process),
+            ``sqlite://`` (in memory, one process), ``postgresql+psycopg://user@host/db``.
+        check_schema: Refuse to read or write until the database schema is at the newest
+            revision this code knows (``SchemaOutOfDateError`` names the command to run).
+        busy_timeout_ms: SQLite only: how long a writer waits for another writer's lock.
+
+    ``engine`` is the SQLAlchemy engine, public for SQL users. Passwords never appear in
+    ``repr``, ``url`` or error messages. Use as a context manager, or call ``close()``.
+
+    Raises:
+        ValueError: The URL cannot be parsed or names an unsupported database.
+        StoreError: The database driver is not installed.
+    """
+
+    def __init__(
+        self,
+        url: str | URL = "sqlite:///bolide.db",
+        *,
+        check_schema: bool = True,
+        busy_timeout_ms: int = 5_000,
+    ) -> None:
+        self._url = _parse_url(url)
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+            raise TypeError("busy_timeout_ms must be an int")
+        if busy_timeout_ms < 0:
+            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        self._check_schema = check_schema
+        self._schema_ok = False
+        self._lock = threading.Lock()
+        self.engine: Engine = _create_engine(self._url, busy_timeout_ms, self.scrub)
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The database URL with its password replaced by ``***``."""
+        return self._url.render_as_string(hide_password=True)
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._url.get_backend_name()
+
+    def scrub(self, text: str) -> str:
+        """Return ``text`` with this store's database password masked."""
+        password = self._url.password
+        if password:
+            text = text.replace(str(password), "***")
+        return text
+
+    def __repr__(self) -> str:
+        return f"SqlStore({self.url!r})"
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def current(self) -> str | None:
+        """The database's schema revision, or ``None`` when bolide's tables are absent."""
+        return self._guard("current", lambda: _migrate.current_revision(self.engine))
+
+    def head(self) -> str:
+        """The newest schema revision this code knows."""
+        return _migrate.head_revision()
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Migrate the schema up to ``revision`` (what ``bolide db upgrade`` does)."""
+        self._guard("upgrade", lambda: _migrate.upgrade(self.engine, revision))
+        self._schema_ok = False
+
+    def downgrade(self, revision: str) -> None:
+        """Migrate the schema down to ``revision``; ``"base"`` drops every bolide table."""
+        self._guard("downgrade", lambda: _migrate.downgrade(self.engine, revision))
+        self._schema_ok = False
+
+    def check_schema(self) -> None:
+        """Raise unless the database schema is at this code's head revision.
+
+        Raises:
+            SchemaOutOfDateError: The schema is missing or behind; the message names
+                ``bolide db upgrade --db URL``.
+            StoreError: The schema is newer than this code, or the database cannot be reached.
+        """
+        current = self.current()
+        head = self.head()
+        if current == head:
+            return
+        fix = f"run `bolide db upgrade --db {self.url}`"
+        if current is None:
+            raise SchemaOutOfDateError(
+                f"the database at {self.url} has no bolide schema (head is {head}): {fix}"
+            )
+        if current in _migrate.known_revisions():
+            raise SchemaOutOfDateError(
+                f"the database at {self.url} has schema revision {current}, behind head "
+                f"{head}: {fix}"
+            )
+        raise StoreError(
+            f"the database at {self.url} has schema revision {current!r}, unknown to this "
+            f"version of bolide (head {head}): upgrade bolide"
+        )
+
+    def _ready(self) -> None:
+        if self._schema_ok or not self._check_schema:
+            return
+        with self._lock:
+            if not self._schema_ok:
+                self.check_schema()
+                self._schema_ok = True
+
+    # -- RingbufferStore contract ---------------------------------------------------------
+
+    def store_all(self, stream: str, records: Sequence[Record]) -> int:
+        """Store records of one stream in one transaction; idempotent on (partition, offset).
+
+        Args:
+            stream: The stream the records belong to.
+            records: Records with ``partition`` and ``offset`` set (as published or polled).
+
+        Returns:
+            How many rows were inserted (records already stored are skipped).
+
+        Raises:
+            ValueError: A record lacks its partition or offset, or names another stream.
+            StoreError: The database failed; ``retriable`` tells whether to try again.
+        """
+        return self.store_batches({stream: records})
+
+    def store_batches(
+        self,
+        batches: Mapping[str, Sequence[Record]],
+        *,
+        also: Callable[[Connection], object] | None = None,
+    ) -> int:
+        """Store records of several streams in ONE transaction (what the archiver writes).
+
+        Args:
+            batches: Records by stream.
+            also: Called with the connection before the commit, to write more in the same
+                transaction (the archiver's typed Avro tables).
+
+        Returns:
+            How many rows were inserted in total.
+        """
+        rows = {_check_stream(s): _rows(s, recs) for s, recs in batches.items()}
+        self._ready()
+
+        def write() -> int:
+            with self.engine.begin() as conn:
+                inserted = sum(self._insert(conn, stream, r) for stream, r in rows.items() if r)
+                if also is not None:
+                    also(conn)
+                return inserted
+
+        return self._guard("store_all", write, stream=_only(batches))
+
+    def _insert(self, conn: Connection, stream: str, rows: list[_Row]) -> int:
+        """Insert rows, skipping stored ones; return how many are new (exactly)."""
+        headers = [
+            (row["kafka_partition"], row["kafka_offset"], i, name, value)
+            for row, pairs in rows
+            for i, (name, value) in enumerate(pairs)
+        ]
+        if self.dialect == "postgresql":
+            return insert_postgresql(conn, stream, rows, headers)
+        # SQLite: executemany's rowcount is the sum over the rows, so it counts the new ones.
+        # A stored record's headers conflict on their own key and are skipped the same way.
+        records = sqlite.insert(RECORDS).on_conflict_do_nothing()
+        inserted = conn.execute(records, [row for row, _ in rows]).rowcount
+        if headers:
+            names = ("kafka_partition", "kafka_offset", "header_index", "name", "value")
+            conn.execute(
+                sqlite.insert(HEADERS).on_conflict_do_nothing(),
+                [{"stream": stream, **dict(zip(names, h, strict=True))} for h in headers],
+            )
+        return int(inserted)
+
+    def load(self, stream: str, partition: int, offset: int) -> Record | None:
+        """Return the record at ``(partition, offset)``, or ``None`` when it is not stored."""
+        found = self.read(stream, partition, offset, 1)
+        return found[0] if found and found[0].offset == offset else None
+
+    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
+        """Return up to ``limit`` records at or after ``from_offset``, in offset order.
+
+        Keyset paging: pass the last offset read plus one to get the next page.
+
+        Raises:
+            ValueError: A negative partition, offset or limit.
+            StoreError: The database failed.
+        """
+        _check_stream(stream)
+        _check_int("partition", partition)
+        _check_int("from_offset", from_offset)
+        _check_int("limit", limit)
+        if limit == 0:
+            return []
+        self._ready()
+        r, h = RECORDS.c, HEADERS.c
+        where = (r.stream == stream, r.kafka_partition == partition, r.kafka_offset >= from_offset)
+        query = (
+            sa.select(r.kafka_offset, r.timestamp_ms, r.key, r.payload)
+            .where(*where)
+            .order_by(r.kafka_offset)
+            .limit(limit)
+        )
+
+        def fetch() -> list[Record]:
+            with self.engine.connect() as conn:
+                rows = conn.execute(query).all()
+                if not rows:
+                    return []
+                headers: dict[int, list[tuple[str, bytes]]] = {}
+                header_rows = conn.execute(
+                    sa.select(h.kafka_offset, h.name, h.value)
+                    .where(
+                        h.stream == stream,
+                        h.kafka_partition == partition,
+                        h.kafka_offset.between(rows[0][0], rows[-1][0]),
+                    )
+                    .order_by(h.kafka_offset, h.header_index)
+                )
+                for off, name, value in header_rows.all():
+                    headers.setdefault(off, []).append((name, bytes(value)))
+            return [
+                _record(stream, partition, off, ts, key, payload, headers.get(off, []))
+                for off, ts, key, payload in rows
+            ]
+
+        return self._guard("read", fetch, stream=stream, partition=partition)
+
+    def largest_offset(self, stream: str, partition: int) -> int | None:
+        """The largest stored offset of ``partition``, or ``None`` when nothing is stored."""
+        return self._edge(sa.func.max, stream, partition)
+
+    def smallest_offset(self, stream: str, partition: int) -> int | None:
+        """The smallest stored offset of ``partition``, or ``None`` when nothing is stored."""
+        return self._edge(sa.func.min, stream, partition)
+
+    def _edge(self, fn: Any, stream: str, partition: int) -> int | None:
+        _check_stream(stream)
+        _check_int("partition", partition)
+        self._ready()
+        r = RECORDS.c
+        query = sa.select(fn(r.kafka_offset)).where(
+            r.stream == stream, r.kafka_partition == partition
+        )
+
+        def fetch() -> int | None:
+            with self.engine.connect() as conn:
+                value = conn.execute(query).scalar()
+            return None if value is None else int(value)
+
+        return self._guard("offset lookup", fetch, stream=stream, partition=partition)
+
+    def partitions(self, stream: str) -> list[int]:
+        """The partitions of ``stream`` that have stored records, ascending."""
+        _check_stream(stream)
+        self._ready()
+        r = RECORDS.c
+        query = sa.select(r.kafka_partition).where(r.stream == stream).distinct()
+
+        def fetch() -> list[int]:
+            with self.engine.connect() as conn:
+                return sorted(int(p) for p in conn.execute(query).scalars())
+
+        return self._guard("partitions", fetch, stream=stream)
+
+    # -- errors and lifetime --------------------------------------------------------------
+
+    def _guard(
+        self,
+        what: str,
+        fn: Callable[[], _T],
+        *,
+        stream: str | None = None,
+        partition: int | None = None,
+    ) -> _T:
+        """Run ``fn``; turn database errors into ``StoreError`` without the password."""
+        try:
+            return fn()
+        except exc.SQLAlchemyError as error:
+            detail = error.orig if isinstance(error, exc.DBAPIError) else error
+            text = self.scrub(str(detail).strip().splitlines()[0] if str(detail) else repr(detail))
+            retriable = isinstance(error, exc.OperationalError | exc.TimeoutError) or (
+                isinstance(error, exc.DBAPIError) and error.connection_invalidated
+            )
+            raise StoreError(
+                f"{what} on {self.url} failed: {type(detail).__name__}: {text[:500]}",
+                stream=stream,
+                partition=partition,
+                retriable=retriable,
+            ) from None
+
+    def close(self) -> None:
+        """Release every pooled connection (the store can still reconnect if used again)."""
+        self.engine.dispose()
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _parse_url(url: str | URL) -> URL:
+    if not isinstance(url, str | URL):
+        raise TypeError(f"url must be a str or sqlalchemy URL, not {type(url).__name__}")
+    try:
+        parsed = sa.make_url(url)
+    except exc.ArgumentError:
+        raise ValueError("url is not a database URL (e.g. sqlite:///bolide.db)") from None
+    backend = parsed.get_backend_name()
+    if backend not in _DIALECTS:
+        raise ValueError(
+            f"url: database {backend!r} is not supported; use sqlite:///FILE or "
+            "postgresql+psycopg://USER@HOST/DB"
+        )
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if backend == "postgresql" and parsed.get_driver_name() != "psycopg":
+        raise ValueError(
+            f"url: driver {parsed.get_driver_name()!r} is not supported; use postgresql+psycopg://"
+        )
+    return parsed
+
+
+def _create_engine(url: URL, busy_timeout_ms: int, scrub: Any) -> Engine:
+    kwargs: dict[str, Any] = {}
+    memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    if memory:
+        # One shared connection: every user of the store sees the same in-memory database.
+        kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
+    elif url.get_backend_name() == "postgresql":
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = sa.create_engine(url, **kwargs)
+    except ModuleNotFoundError as error:
+        raise StoreError(
+            f"the driver for {url.drivername} is not installed ({error.name}): "
+            "pip install 'bolide[postgres]'"
+        ) from None
+    except exc.ArgumentError as error:
+        raise ValueError(f"url: {scrub(str(error))}") from None
+    if url.get_backend_name() == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            if not memory:
+                # WAL: readers (subscribers splicing history) never block the archiver's writes.
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+    return engine
+
+
+def _check_stream(stream: object) -> str:
+    if not isinstance(stream, str):
+        raise TypeError(f"stream must be a str, not {type(stream).__name__}")
+    if not stream or len(stream) > _MAX_STREAM:
+        raise ValueError(f"stream must be 1-{_MAX_STREAM} characters, got {len(stream)}")
+    return stream
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _rows(stream: str, records: Iterable[Record]) -> list[_Row]:
+    """Turn records into insert rows, first occurrence of a (partition, offset) winning."""
+    if isinstance(records, Record) or not isinstance(records, Iterable):
+        raise TypeError("records must be a sequence of Record")
+    rows: dict[tuple[int, int], _Row] = {}
+    for rec in records:
+        if not isinstance(rec, Record):
+            raise TypeError(f"records must hold Record objects, not {type(rec).__name__}")
+        if rec.partition is None or rec.offset is None:
+            raise ValueError(f"records: {rec!r} has no partition/offset; publish it first")
+        if rec.stream is not None and rec.stream != stream:
+            raise ValueError(f"records: {rec!r} belongs to stream {rec.stream!r}, not {stream!r}")
+        _check_int("record partition", rec.partition)
+        _check_int("record offset", rec.offset)
+        rows.setdefault(
+            (rec.partition, rec.offset),
+            (
+                {
+                    "stream": stream,
+                    "kafka_partition": rec.partition,
+                    "kafka_offset": rec.offset,
+                    "timestamp_ms": rec.timestamp_ms,
+                    "key": rec.key,
+                    "payload": rec.data,
+                },
+                rec.headers,
+            ),
+        )
+    return list(rows.values())
+
+
+def _only(batches: Mapping[str, Sequence[Record]]) -> str | None:
+    return next(iter(batches)) if len(batches) == 1 else None
+
+
+def _record(
+    stream: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    key: bytes | None,
+    payload: bytes,
+    headers: list[tuple[str, bytes]],
+) -> Record:
+    # Rows come from our own table: skip the constructor's validation (reads are hot).
+    rec = Record.__new__(Record)
+    rec.data = payload if type(payload) is bytes else bytes(payload)
+    rec.key = key if key is None or type(key) is bytes else bytes(key)
+    rec.headers = headers
+    rec.group = group_from_headers(headers) if headers else None
+    rec.stream = stream
+    rec.partition = partition
+    rec.offset = offset
+    rec.timestamp_ms = timestamp_ms
+    rec.replayed = False
+    rec.value = None
+    return rec

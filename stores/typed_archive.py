@@ -1,0 +1,388 @@
+"""Typed archive: the decoded fields of an Avro stream as columns, queryable in plain SQL.
+
+For a stream with an ``AvroSerde``, each archived record also becomes one row of a per-stream
+table, ``bolide_avro_<stream>``, keyed by ``(kafka_partition, kafka_offset)`` like the raw
+archive, so that ``SELECT customer, sum(amount) FROM bolide_avro_orders WHERE country = 'FR'
+GROUP BY customer`` works on SQLite and PostgreSQL.
+
+Columns come from the schema each record was decoded with (its writer's schema, or the serde's
+reader schema when it has one):
+
+* fields of a primitive, enum, fixed or logical type, and unions of ``null`` with one of those,
+  get a column of the matching SQL type;
+* a field holding a record is flattened one level: ``address.city`` becomes
+  ``address__city``; deeper records, arrays, maps and unions of several types are stored as
+  JSON text (bytes as base64, dates and times in ISO 8601);
+* a schema that is not a record gets one column, ``value``.
+
+The table is data-driven (one per stream, its columns following the schemas met at run time),
+so unlike bolide's own tables it is created and evolved here, with runtime DDL, and not by the
+Alembic migrations: a new field adds a nullable column; nothing is ever dropped or altered. A
+field whose SQL type changes (``int`` promoted to ``double``) gets a second column named
+``<field>__<kind>`` so both the old and the new values stay. Writes are idempotent on the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy.engine import Connection
+
+from bolide.facade.avro import split_header
+from bolide.facade.errors import SerializationError, StoreError
+from bolide.facade.record import Record
+from bolide.stores.store import _insert_ignoring_duplicates
+
+__all__ = ["TYPED_TABLE_PREFIX", "TypedSerde", "is_typed_table", "typed_table_name", "write_typed"]
+
+log = logging.getLogger(__name__)
+
+#: Every typed archive table's name starts with this (for Alembic filters and clean-ups).
+TYPED_TABLE_PREFIX = "bolide_avro_"
+_KEYS = ("kafka_partition", "kafka_offset")
+_RESERVED = frozenset({*_KEYS, "timestamp_ms", "schema_id"})
+_MAX_IDENT = 63  # PostgreSQL's limit
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+class TypedSerde(Protocol):
+    """What the typed archive needs from a serde (``AvroSerde`` has it)."""
+
+    def decode(self, data: bytes, *, stream: str, partition: int | None, offset: int | None) -> Any:
+        """Decode one payload."""
+        ...
+
+    def value_schema(self, schema_id: int) -> Any:
+        """The parsed Avro schema the values decoded from ``schema_id`` follow."""
+        ...
+
+
+def _ident(name: str) -> str:
+    if len(name) <= _MAX_IDENT:
+        return name
+    return f"{name[: _MAX_IDENT - 9]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
+def typed_table_name(stream: str) -> str:
+    """The typed table of ``stream``: ``bolide_avro_<stream>``, made a safe SQL name.
+
+    Names with characters other than lower-case letters, digits and ``_`` are folded and get a
+    short hash of the stream's name, so two streams never share a table.
+    """
+    safe = _UNSAFE.sub("_", stream.lower())
+    name = TYPED_TABLE_PREFIX + safe
+    if safe != stream or len(name) > _MAX_IDENT:
+        digest = hashlib.sha1(stream.encode()).hexdigest()[:8]
+        name = f"{TYPED_TABLE_PREFIX}{safe[: _MAX_IDENT - len(TYPED_TABLE_PREFIX) - 9]}_{digest}"
+    return name
+
+
+def is_typed_table(name: str) -> bool:
+    """True for a typed archive table's name (e.g. to keep them out of ``alembic check``)."""
+    return name.startswith(TYPED_TABLE_PREFIX)
+
+
+# -- columns from schemas -------------------------------------------------------------------
+
+# Kind of value -> SQL type. Kinds sharing a SQL type share columns.
+_SQL_TYPES: dict[str, Any] = {
+    "boolean": sa.Boolean(),
+    "integer": sa.BigInteger(),
+    "real": sa.Float(53),
+    "text": sa.Text(),
+    "json": sa.Text(),
+    "binary": sa.LargeBinary(),
+    "decimal": sa.Numeric(),
+    "date": sa.Date(),
+    "timestamp": sa.DateTime(timezone=True),
+    "local_timestamp": sa.DateTime(),
+    "time": sa.Time(),
+}
+_STORAGE = {kind: ("text" if kind == "json" else kind) for kind in _SQL_TYPES}
+_PRIMITIVE_KINDS = {
+    "boolean": "boolean",
+    "int": "integer",
+    "long": "integer",
+    "float": "real",
+    "double": "real",
+    "string": "text",
+    "bytes": "binary",
+}
+_LOGICAL_KINDS = {
+    "decimal": "decimal",
+    "date": "date",
+    "time-millis": "time",
+    "time-micros": "time",
+    "timestamp-millis": "timestamp",
+    "timestamp-micros": "timestamp",
+    "timestamp-nanos": "timestamp",
+    "local-timestamp-millis": "local_timestamp",
+    "local-timestamp-micros": "local_timestamp",
+    "uuid": "text",
+}
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One column's source: ``path`` into the decoded value, and the kind of its values."""
+
+    name: str
+    path: tuple[str, ...]
+    kind: str
+
+
+def _resolve(schema: Any, named: dict[str, Any]) -> Any:
+    while True:
+        if isinstance(schema, str) and schema in named:
+            schema = named[schema]
+        elif isinstance(schema, dict) and isinstance(schema.get("type"), dict | list):
+            schema = schema["type"]
+        elif isinstance(schema, dict) and schema.get("type") in named:
+            schema = named[schema["type"]]
+        else:
+            return schema
+
+
+def _kind(schema: Any, named: dict[str, Any]) -> str:
+    schema = _resolve(schema, named)
+    if isinstance(schema, list):
+        branches = [b for b in schema if _resolve(b, named) != "null"]
+        return _kind(branches[0], named) if len(branches) == 1 else "json"
+    if isinstance(schema, str):
+        return _PRIMITIVE_KINDS.get(schema, "json")
+    logical = _LOGICAL_KINDS.get(schema.get("logicalType", ""))
+    if logical is not None:
+        return logical
+    kind = schema.get("type")
+    if kind == "enum":
+        return "text"
+    if kind == "fixed":
+        return "binary"
+    return _PRIMITIVE_KINDS.get(kind, "json")
+
+
+def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
+    """The record a field holds (alone or as ``[null, record]``), else ``None``."""
+    schema = _resolve(schema, named)
+    if isinstance(schema, list):
+        branches = [_resolve(b, named) for b in schema if _resolve(b, named) != "null"]
+        schema = branches[0] if len(branches) == 1 else None
+    if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+        return schema
+    return None
+
+
+def _fields(schema: Any) -> list[_Field]:
+    named: dict[str, Any] = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
+    top = _record_of(schema, named)
+    if top is None:
+        return [_Field("value", (), _kind(schema, named))]
+    out: list[_Field] = []
+    for field in top["fields"]:
+        inner = _record_of(field["type"], named)
+        if inner is None:
+            out.append(_Field(field["name"], (field["name"],), _kind(field["type"], named)))
+            continue
+        for sub in inner["fields"]:
+            out.append(
+                _Field(
+                    f"{field['name']}__{sub['name']}",
+                    (field["name"], sub["name"]),
+                    _kind(sub["type"], named),
+                )
+            )
+    return out
+
+
+def _storage_of(column_type: Any) -> str:
+    """The storage kind of a reflected column type."""
+    for sql_type, kind in (
+        (sa.Boolean, "boolean"),
+        (sa.Integer, "integer"),
+        (sa.Float, "real"),
+        (sa.Numeric, "decimal"),
+        (sa.DateTime, "timestamp"),
+        (sa.Date, "date"),
+        (sa.Time, "time"),
+        (sa.LargeBinary, "binary"),
+        (sa.String, "text"),
+    ):
+        if isinstance(column_type, sql_type):
+            return kind
+    return "text"
+
+
+def _storage(kind: str) -> str:
+    # Reflection tells DATETIME columns apart by zone on PostgreSQL only: one storage for both.
+    return "timestamp" if kind == "local_timestamp" else _STORAGE[kind]
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _value(value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    if kind == "json":
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    if kind == "text" and not isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _pick(value: Any, path: tuple[str, ...]) -> Any:
+    for step in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+_KEY_COLUMNS: dict[str, str] = {
+    "kafka_partition": "integer",
+    "kafka_offset": "integer",
+    "timestamp_ms": "integer",
+    "schema_id": "integer",
+}
+
+
+def _key_table(table: str, *extra: sa.Column[Any]) -> sa.Table:
+    return sa.Table(
+        table,
+        sa.MetaData(),
+        sa.Column("kafka_partition", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("kafka_offset", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("timestamp_ms", sa.BigInteger, nullable=True),
+        sa.Column("schema_id", sa.Integer, nullable=True),
+        *extra,
+    )
+
+
+def _ensure_table(
+    conn: Connection, table: str, wanted: set[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """Create or widen ``table`` so it stores every wanted ``(field name, kind)``.
+
+    Returns:
+        The column of each wanted pair: the field's own, or ``<name>__<storage>`` when the
+        field's column already holds another SQL type.
+    """
+    inspector = sa.inspect(conn)
+    if inspector.has_table(table):
+        existing = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
+    else:
+        _key_table(table).create(conn)
+        existing = dict(_KEY_COLUMNS)
+    columns: dict[tuple[str, str], str] = {}
+    added: list[sa.Column[Any]] = []
+    # Sorted: the first kind of a name takes the plain column, in every process alike.
+    for name, kind in sorted(wanted):
+        storage = _storage(kind)
+        column = _ident(name if name not in _RESERVED else f"{name}__value")
+        if column in existing and existing[column] != storage:
+            column = _ident(f"{column}__{storage}")
+        if column not in existing:
+            existing[column] = storage
+            added.append(sa.Column(column, _SQL_TYPES[kind], nullable=True))
+        columns[(name, kind)] = column
+    if added:
+        operations = Operations(MigrationContext.configure(conn))
+        for new_column in added:
+            operations.add_column(table, new_column)
+    return columns
+
+
+def write_typed(
+    connection: Connection, stream: str, records: Sequence[Record], serde: TypedSerde
+) -> int:
+    """Write the decoded fields of ``records`` into the stream's typed table.
+
+    Meant to run inside the caller's transaction (the archiver's), beside the raw archive.
+    Records whose payload does not decode are skipped with a warning: their raw bytes are
+    still in the raw archive.
+
+    Args:
+        connection: A connection in a transaction; DDL and rows commit or roll back with it.
+        stream: The stream the records belong to.
+        records: Records with ``partition`` and ``offset`` set.
+        serde: The stream's serde (an ``AvroSerde``).
+
+    Returns:
+        How many rows were inserted (rows already present are skipped).
+    """
+    rows: dict[tuple[int, int], tuple[dict[str, Any], list[_Field]]] = {}
+    by_schema: dict[int, list[_Field]] = {}
+    skipped = 0
+    for rec in records:
+        if rec.partition is None or rec.offset is None:
+            raise ValueError(f"records: {rec!r} has no partition/offset")
+        try:
+            schema_id = split_header(rec.data)
+            value = serde.decode(
+                rec.data, stream=stream, partition=rec.partition, offset=rec.offset
+            )
+            fields = by_schema.get(schema_id)
+            if fields is None:
+                fields = by_schema[schema_id] = _fields(serde.value_schema(schema_id))
+        except SerializationError as exc:
+            if exc.retriable:  # the schema registry is away: retry the batch, skip nothing
+                raise StoreError(
+                    f"typed archive of {stream!r}: {exc}", stream=stream, retriable=True
+                ) from exc
+            skipped += 1
+            log.debug("typed archive of %r skips a record: %s", stream, exc)
+            continue
+        key_row = {
+            "kafka_partition": rec.partition,
+            "kafka_offset": rec.offset,
+            "timestamp_ms": rec.timestamp_ms,
+            "schema_id": schema_id,
+            "value": value,
+        }
+        rows.setdefault((rec.partition, rec.offset), (key_row, fields))
+    if skipped:
+        log.warning("typed archive of %r skipped %d records that do not decode", stream, skipped)
+    if not rows:
+        return 0
+    table_name = typed_table_name(stream)
+    pairs = {(f.name, f.kind) for _, fields in rows.values() for f in fields}
+    columns = _ensure_table(connection, table_name, pairs)
+    types = {column: _SQL_TYPES[kind] for (_, kind), column in columns.items()}
+    params = []
+    for row, fields in rows.values():
+        value = row.pop("value")
+        out = dict.fromkeys(types) | row
+        for f in fields:
+            out[columns[(f.name, f.kind)]] = _value(_pick(value, f.path), f.kind)
+        params.append(out)
+    table = _key_table(table_name, *(sa.Column(c, t) for c, t in sorted(types.items())))
+    insert = _insert_ignoring_duplicates(
+        connection.dialect.name, table, [table.c.kafka_partition, table.c.kafka_offset]
+    ).returning(table.c.kafka_offset)
+    return len(connection.execute(insert, params).all())

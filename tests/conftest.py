@@ -1,0 +1,114 @@
+"""Shared fixtures: one Kafka for the session (see bolide.testing), fresh streams per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bolide.facade import Cluster, StreamConfig
+from bolide.facade._kafka import LOG_START_OVERRIDES_ENV
+
+
+@pytest.fixture(scope="session")
+def cluster(bolide_cluster: Cluster) -> Cluster:
+    """The session's Kafka cluster (external, testcontainers or embedded)."""
+    return bolide_cluster
+
+
+#: The PostgreSQL database the tests create their schemas in.
+PG_ADMIN_URL = os.environ.get("BOLIDE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+#: Parameters for tests that run on both databases.
+DATABASES = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[sa.Engine]:
+    """An engine on the test PostgreSQL database, for creating and dropping schemas."""
+    engine = sa.create_engine(PG_ADMIN_URL, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+    yield engine
+    engine.dispose()
+
+
+def make_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A URL to an empty database of ``kind``: a SQLite file, or a fresh PostgreSQL schema
+    (selected through the URL's ``search_path`` option and dropped at teardown)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    admin: sa.Engine = request.getfixturevalue("pg_admin")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+    request.addfinalizer(drop)
+    return f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}"
+
+
+def upgraded_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """``make_db_url``, with the schema upgraded to the newest revision."""
+    from bolide.stores import SqlStore
+
+    url = make_db_url(kind, tmp_path, request)
+    with SqlStore(url) as store:
+        store.upgrade()
+    return url
+
+
+@pytest.fixture(scope="session")
+def embedded_broker(bolide_backend: tuple[str, Cluster]) -> bool:
+    """True when the tests run on the embedded broker (Tansu), with its deviations."""
+    return bolide_backend[0] == "embedded"
+
+
+@pytest.fixture
+def stream_factory(
+    bolide_stream_factory: Callable[..., StreamConfig],
+) -> Callable[..., StreamConfig]:
+    """``make(**StreamConfig kwargs)`` -> a stream with a fresh topic name."""
+    return bolide_stream_factory
+
+
+@pytest.fixture
+def log_start_overrides(tmp_path, monkeypatch) -> dict[str, dict[str, int]]:
+    """Raise a topic's log start as a trimming broker would: ``overrides[topic] = {"0": 20}``.
+
+    The embedded broker never trims its log, so tests of what happens below the log start go
+    through the one seam that asks a broker for it (``_kafka.log_starts``), via a file that
+    every process (Spark's Python workers too) reads.
+    """
+    path = tmp_path / "log-starts.json"
+    monkeypatch.setenv(LOG_START_OVERRIDES_ENV, str(path))
+
+    class Overrides(dict[str, dict[str, int]]):
+        def __setitem__(self, topic: str, starts: dict[str, int]) -> None:
+            super().__setitem__(topic, starts)
+            path.write_text(json.dumps(self))
+
+    return Overrides()
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.05) -> Any:
+    """Retry ``check`` until it returns a truthy value; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s: {check}")
+        time.sleep(interval_s)

@@ -1,0 +1,101 @@
+"""Records and configs: validation happens at construction, before anything connects."""
+
+from __future__ import annotations
+
+import pytest
+
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    InvalidInitialOffsetSchemeError,
+    PublisherConfig,
+    Record,
+    RecordBatch,
+    StreamConfig,
+    SubscriberConfig,
+)
+
+
+def test_record_defaults_and_headers():
+    record = Record(b"x", headers={"a": "1", "b": b"2"})
+    assert record.headers == [("a", b"1"), ("b", b"2")]
+    assert record.offset is None and record.partition is None and not record.replayed
+    repeated = Record(b"x", headers=[("a", b"1"), ("a", b"2")])
+    assert repeated.header("a") == b"2"
+
+
+def test_record_group_is_the_key():
+    assert Record(b"x", group="ACME").key == b"ACME"
+    assert Record(b"x", key="ACME", group="ACME").key == b"ACME"
+    with pytest.raises(ValueError, match="disagree"):
+        Record(b"x", key=b"other", group="ACME")
+    with pytest.raises(TypeError, match="group"):
+        Record(b"x", group=7)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group"):
+        Record(b"x", group="")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"name": ""}, ValueError, "name"),
+        ({"name": "a b"}, ValueError, "name"),
+        ({"name": 5}, TypeError, "name"),
+        ({"name": "s", "partitions": 0}, ValueError, "partitions"),
+        ({"name": "s", "partitions": 3}, ValueError, "global_order"),
+        ({"name": "s", "partitions": "2", "global_order": False}, TypeError, "partitions"),
+        ({"name": "s", "retention_ms": -5}, ValueError, "retention_ms"),
+        ({"name": "s", "capacity": 10}, ValueError, "store"),
+        ({"name": "s", "store": object()}, TypeError, "store"),
+    ],
+)
+def test_stream_config_validation(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        StreamConfig(**kwargs)
+
+
+def test_contradictory_or_unknown_settings():
+    stream = StreamConfig(name="s")
+    with pytest.raises(ValueError, match="auto_group"):
+        PublisherConfig(stream=stream, group="g", auto_group=True)
+    with pytest.raises(TypeError, match="auto_group"):
+        PublisherConfig(stream=stream, auto_group="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        SubscriberConfig(stream=stream, unknown=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="durable_id"):
+        SubscriberConfig(stream=stream, group="g", durable_id="d")
+    with pytest.raises(InvalidInitialOffsetSchemeError):
+        SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.NONE)
+    with pytest.raises(TypeError, match="on_revoke"):
+        SubscriberConfig(stream=stream, group="g", on_revoke=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cooperative"):
+        SubscriberConfig(
+            stream=stream,
+            group="g",
+            consumer_config={"partition.assignment.strategy": "cooperative-sticky"},
+        )
+    with pytest.raises(TypeError, match="consumer_config"):
+        SubscriberConfig(stream=stream, consumer_config={"fetch.wait.max.ms": [1]})
+
+
+def test_cluster_keeps_secrets_out_of_repr():
+    cluster = Cluster("k:9092", **{"sasl.password": "hunter2", "sasl.username": "u"})
+    assert "hunter2" not in repr(cluster)
+    assert cluster.client_config()["sasl.password"] == "hunter2"
+    with pytest.raises(ValueError):
+        Cluster("")
+
+
+def test_record_batch():
+    batch = RecordBatch([Record(b"a"), Record(b"b")])
+    assert len(batch) == 2 and batch.first().data == b"a" and batch.last().data == b"b"
+    assert RecordBatch().first() is None and RecordBatch().is_empty()
+
+
+def test_configs_are_hashable_values():
+    assert hash(StreamConfig(name="s")) == hash(StreamConfig(name="s", topic_config={"a": "1"}))
+    assert StreamConfig(name="s") == StreamConfig(name="s")
+    with pytest.raises(ValueError, match=r"group\.protocol"):
+        SubscriberConfig(
+            stream=StreamConfig(name="s"), group="g", consumer_config={"group.protocol": "consumer"}
+        )

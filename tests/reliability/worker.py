@@ -1,0 +1,136 @@
+"""A subscriber process for the crash tests: processes records, logs them, and gets killed.
+
+One line per event, written unbuffered so that a SIGKILL loses nothing already logged:
+
+``READY``
+    the member holds its lease (or, for a durable client, is connected);
+``P <partition> <offset> [<group> <number>]``
+    one record processed (after processing, before its confirm): the resequencer mode adds
+    the sequence group and number of the released record.
+
+Modes:
+
+``group``
+    a grouped subscriber that confirms each batch after processing it;
+``reseq``
+    a grouped subscriber feeding a batch resequencer, confirming ``safe_offset`` only;
+``durable``
+    a durable client, which confirms what it delivered at the start of the next poll.
+
+Usage: ``python -m tests.reliability.worker MODE BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOP
+[--db URL] [--delay-ms MS] [--max-batch N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import TextIO
+
+from bolide.facade import (
+    Cluster,
+    DurableClientBusyError,
+    Record,
+    Resequencer,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade._sequence import GROUP_HEADER, NUMBER_HEADER
+
+LEASE_MS = 4_000
+RESEQ_TIMEOUT_S = 3.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="worker")
+    parser.add_argument("mode", choices=("group", "reseq", "durable"))
+    parser.add_argument("bootstrap")
+    parser.add_argument("topic")
+    parser.add_argument("partitions", type=int)
+    parser.add_argument("group")
+    parser.add_argument("log")
+    parser.add_argument("stop")
+    parser.add_argument("--db", default=None)
+    parser.add_argument("--delay-ms", type=float, default=0.2)
+    parser.add_argument("--max-batch", type=int, default=50)
+    return parser
+
+
+def _connect(args: argparse.Namespace) -> Subscriber:
+    stream = StreamConfig(
+        name=args.topic, partitions=args.partitions, global_order=args.partitions == 1
+    )
+    common = {
+        "stream": stream,
+        "lease_timeout_ms": LEASE_MS,
+        "max_batch": args.max_batch,
+        "error_handler": lambda summary, error: None,
+    }
+    if args.mode != "durable":
+        return Subscriber(Cluster(args.bootstrap), SubscriberConfig(group=args.group, **common))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            config = SubscriberConfig(durable_id=args.group, durable_registry=args.db, **common)
+            return Subscriber(Cluster(args.bootstrap), config)
+        except DurableClientBusyError:
+            # The killed predecessor's claim lapses after one lease.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _line(record: Record) -> str:
+    line = f"P {record.partition} {record.offset}"
+    group = record.header(GROUP_HEADER)
+    if group is not None:
+        line += f" {group.decode()} {(record.header(NUMBER_HEADER) or b'').decode()}"
+    return line + "\n"
+
+
+def run(args: argparse.Namespace, out: TextIO) -> None:
+    delay = args.delay_ms / 1000
+    reseq = Resequencer(mode="batch", timeout_s=RESEQ_TIMEOUT_S) if args.mode == "reseq" else None
+    confirmed: dict[int, int] = {}
+    ready = False
+    with _connect(args) as sub:
+        if args.mode == "durable":
+            out.write("READY\n")
+            ready = True
+        while not os.path.exists(args.stop):
+            batch = sub.poll(100)
+            if not ready and sub.is_assigned():
+                out.write("READY\n")
+                ready = True
+            released = list(batch) if reseq is None else []
+            if reseq is not None:
+                for record in batch:
+                    released.extend(reseq.offer(record))
+                released.extend(reseq.tick())
+            for record in released:
+                time.sleep(delay)  # the work
+                out.write(_line(record))
+            if args.mode == "group" and len(batch):
+                sub.confirm()  # confirm after process: only what was handled
+            elif reseq is not None:
+                for partition in range(args.partitions):
+                    safe = reseq.safe_offset(partition)
+                    if safe is None or safe <= confirmed.get(partition, -1):
+                        continue
+                    try:
+                        sub.confirm(safe, partition=partition)
+                    except ValueError:
+                        continue  # a partition re-assigned and not read again yet
+                    confirmed[partition] = safe
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    with open(args.log, "a", buffering=1, encoding="utf-8") as out:
+        run(args, out)
+
+
+if __name__ == "__main__":
+    main()

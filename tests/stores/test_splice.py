@@ -1,0 +1,130 @@
+"""The splice: subscribers read below Kafka's log start from the SQL history, with no gap and
+no duplicate at the seam. The embedded broker never trims its log, so its log start is raised
+through the ``log_start_overrides`` seam after the records are archived."""
+
+from __future__ import annotations
+
+import pytest
+
+from bolide.facade import (
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.stores import Archiver, SqlStore
+from tests.conftest import eventually
+
+pytestmark = [pytest.mark.kafka]
+
+COUNT, START = 30, 20
+
+
+@pytest.fixture
+def archived(cluster, stream_factory, store: SqlStore, log_start_overrides) -> StreamConfig:
+    """A stream of COUNT records, all archived, whose Kafka log now starts at START."""
+    stream = stream_factory(store=store)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(COUNT):
+            pub.publish_async(Record(b"r%d" % i, group=f"k{i % 3}", headers={"n": str(i)}))
+        pub.flush()
+    with Archiver(cluster, store, [stream], group=f"arch-{stream.name}") as archiver:
+        archiver.run(until_caught_up=True)
+    assert store.largest_offset(stream.name, 0) == COUNT - 1
+    log_start_overrides[stream.name] = {"0": START}
+    return stream
+
+
+def drain(sub: Subscriber, count: int) -> list[Record]:
+    got: list[Record] = []
+    eventually(lambda: got.extend(sub.poll(100)) or len(got) >= count, timeout_s=20)
+    assert len(sub.poll(100)) == 0
+    return got
+
+
+def check_log(records: list[Record], first: int) -> None:
+    assert [r.offset for r in records] == list(range(first, COUNT))
+    assert [r.data for r in records] == [b"r%d" % i for i in range(first, COUNT)]
+    assert [r.key for r in records] == [b"k%d" % (i % 3) for i in range(first, COUNT)]
+    assert [r.group for r in records] == [f"k{i % 3}" for i in range(first, COUNT)]
+    assert [r.header("n") for r in records] == [str(i).encode() for i in range(first, COUNT)]
+
+
+def test_earliest_reads_history_then_kafka_in_straddling_batches(cluster, archived):
+    config = SubscriberConfig(
+        stream=archived, initial_offset_scheme=InitialOffsetScheme.EARLIEST, max_batch=7
+    )
+    with Subscriber(cluster, config) as sub:
+        records = drain(sub, COUNT)
+    check_log(records, 0)
+
+
+def test_seek_below_the_log_start_reads_history(cluster, archived):
+    with Subscriber(cluster, SubscriberConfig(stream=archived)) as sub:
+        sub.seek(5)
+        records = drain(sub, COUNT - 5)
+    check_log(records, 5)
+
+
+def test_grouped_old_confirmed_offset_resumes_from_history(cluster, archived, log_start_overrides):
+    group = f"g-{archived.name}"
+
+    def grouped() -> Subscriber:
+        return Subscriber(
+            cluster, SubscriberConfig(stream=archived, group=group, lease_timeout_ms=4000)
+        )
+
+    with grouped() as first:
+        # Confirmed while Kafka still held everything: no splice yet.
+        log_start_overrides[archived.name] = {"0": 0}
+        got: list[Record] = []
+        eventually(lambda: got.extend(first.poll(100)) or len(got) >= 4, timeout_s=20)
+        first.confirm(3)
+        eventually(lambda: first.committed() == {0: 4})
+    log_start_overrides[archived.name] = {"0": START}
+    with grouped() as second:
+        records = drain(second, COUNT - 4)
+    check_log(records, 4)
+
+
+def test_without_history_a_stale_position_skips_ahead(cluster, archived, store):
+    plain = StreamConfig(name=archived.name)  # same topic, no store
+    errors: list[str] = []
+    config = SubscriberConfig(
+        stream=plain,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        error_handler=lambda summary, _: errors.append(summary),
+    )
+    with Subscriber(cluster, config) as sub:
+        records = drain(sub, COUNT - START)
+    check_log(records, START)
+    assert errors == []  # EARLIEST means the first available record: nothing stale
+
+
+def test_a_gap_between_history_and_kafka_is_reported(
+    cluster, stream_factory, store, log_start_overrides
+):
+    """An archive that fell behind retention: what neither holds is skipped, and said so."""
+    stream = stream_factory(store=store)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        offsets = [pub.publish(Record(b"r%d" % i)) for i in range(COUNT)]
+    archived = []
+    for i in range(10):
+        rec = Record(b"r%d" % i)
+        rec.partition, rec.offset = 0, offsets[i]
+        archived.append(rec)
+    store.store_all(stream.name, archived)
+    log_start_overrides[stream.name] = {"0": START}
+    errors: list[tuple[str, BaseException | None]] = []
+    config = SubscriberConfig(
+        stream=stream,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        error_handler=lambda summary, error: errors.append((summary, error)),
+    )
+    with Subscriber(cluster, config) as sub:
+        records = drain(sub, 10 + COUNT - START)
+    assert [r.offset for r in records] == [*range(10), *range(START, COUNT)]
+    assert len(errors) == 1 and "10 to 19" in errors[0][0]

@@ -1,0 +1,281 @@
+"""The ``bolide`` command line as users run it: real subprocesses, the session's broker.
+
+Covers ``--help`` on every level, usage errors (exit 2), runtime failures (exit 1), the
+``BOLIDE_BOOTSTRAP`` default and ``-v``, and ``publish``/``tail``: keys, headers, standard
+input, JSON, offsets, times, subscriber groups and Avro through the SQL schema registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bolide.facade import Cluster, StreamConfig
+from bolide.facade._cli_stream import parse_time_ms
+from bolide.facade.cli import build_parser, main
+from bolide.stores import SqlStore
+
+_SCRIPT = shutil.which("bolide", path=str(Path(sys.executable).parent))
+_COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.facade.cli"]
+
+
+def bolide(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``bolide ARGS`` and return the finished process (output as text)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BOLIDE_")}
+    environ.update(env or {})
+    return subprocess.run(
+        [*_COMMAND, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=environ,
+    )
+
+
+def _command_paths() -> Iterator[list[str]]:
+    """Every command path of the parser: [], [broker], [db], [db, upgrade], ..."""
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from walk(child, [*path, name])
+
+    return walk(build_parser(), [])
+
+
+# -- help and usage -------------------------------------------------------------------------
+
+
+def test_every_command_level_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = list(_command_paths())
+    names = {" ".join(p) for p in paths}
+    assert {"broker", "demo", "publish", "tail", "db upgrade", "db downgrade", "db current",
+            "archive", "sql", "durable list", "durable expire", "bench"} <= names  # fmt: skip
+    for path in paths:
+        with pytest.raises(SystemExit) as exited:
+            main([*path, "--help"])
+        assert exited.value.code == 0, path
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: {' '.join(['bolide', *path])}"), (path, out[:80])
+
+
+@pytest.mark.parametrize("path", [[], ["broker"], ["demo"], ["publish"], ["tail"]])
+def test_help_as_a_subprocess(path: list[str]) -> None:
+    done = bolide(*path, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "usage: bolide" in done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["no-such-command"],
+        ["publish", "value"],  # no --stream
+        ["publish", "--stream", "s", "--key", "k", "--group", "g", "v"],
+        ["publish", "--stream", "bad name", "v"],
+        ["publish", "--stream", "s", "--header", "novalue", "v"],
+        ["tail", "--stream", "s", "--group", "g", "--from-beginning"],
+        ["tail", "--stream", "s", "--from-offset", "1", "--from-beginning"],
+        ["tail", "--stream", "s", "--from-time", "yesterday"],
+        ["tail", "--stream", "s", "--count", "-1"],
+        ["tail", "--stream", "s", "--group", "g", "--lease-timeout-ms", "5"],
+        ["demo", "--orders", "3"],
+        ["publish", "--stream", "s", "--avro-schema", "schema.avsc", "v"],  # needs --db
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    done = bolide(*args, env={"BOLIDE_BOOTSTRAP": "127.0.0.1:1"})
+    assert done.returncode == 2, (args, done.stdout, done.stderr)
+    assert "usage: bolide" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_bootstrap_is_a_usage_error() -> None:
+    done = bolide("tail", "--stream", "s")
+    assert done.returncode == 2
+    assert "--bootstrap is required (or set $BOLIDE_BOOTSTRAP)" in done.stderr
+
+
+def test_runtime_failure_exits_1(tmp_path: Path) -> None:
+    done = bolide("sql", "SELECT 1", "--db", f"sqlite:///{tmp_path / 'absent.db'}")
+    assert done.returncode == 1
+    assert done.stderr.startswith("bolide: error: ")
+
+
+def test_parse_time_ms() -> None:
+    assert parse_time_ms("1700000000000") == 1_700_000_000_000
+    assert parse_time_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert parse_time_ms("2023-11-14T22:13:20") == 1_700_000_000_000  # UTC when naive
+    assert parse_time_ms("2023-11-15T00:13:20+02:00") == 1_700_000_000_000
+    with pytest.raises(ValueError, match="neither epoch milliseconds nor ISO 8601"):
+        parse_time_ms("noon")
+
+
+# -- publish and tail against the broker --------------------------------------------------
+
+
+@pytest.fixture
+def where(cluster: Cluster) -> list[str]:
+    return ["--bootstrap", cluster.bootstrap_servers]
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.kafka
+def test_publish_then_tail_keys_headers_and_stdin(
+    stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    one = bolide("publish", "--stream", name, *where, "hello")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.strip() == f"{name}[0]@0"
+    many = bolide(
+        "publish", "--stream", name, *where, "--key", "k1", "--header", "src=cli",
+        "--header", "src=again", "--json", "-", stdin="a\nb\n\nc\n",
+    )  # fmt: skip
+    assert many.returncode == 0, many.stderr
+    assert [r["offset"] for r in _json_lines(many.stdout)] == [1, 2, 3, 4]
+
+    text = bolide("tail", "--stream", name, *where, "--from-beginning", "-e")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines() == [
+        "0:0 key=- headers=- hello",
+        "0:1 key=k1 headers=src=cli,src=again a",
+        "0:2 key=k1 headers=src=cli,src=again b",
+        "0:3 key=k1 headers=src=cli,src=again ",
+        "0:4 key=k1 headers=src=cli,src=again c",
+    ]
+    picked = bolide(
+        "tail", "--stream", name, *where, "--from-offset", "2", "--count", "2", "--json"
+    )
+    rows = _json_lines(picked.stdout)
+    assert [(r["offset"], r["value"], r["key"]) for r in rows] == [(2, "b", "k1"), (3, "", "k1")]
+    assert rows[0]["headers"] == [["src", "cli"], ["src", "again"]]
+    assert isinstance(rows[0]["timestamp_ms"], int)
+
+
+@pytest.mark.kafka
+def test_environment_default_and_verbose(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    name = stream_factory().name
+    env = {"BOLIDE_BOOTSTRAP": cluster.bootstrap_servers}
+    done = bolide("-v", "publish", "--stream", name, "x", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{name}[0]@0"  # logs go to stderr, never to stdout
+    assert f"INFO bolide.cli: publishing to {name} (1 partitions)" in done.stderr
+    quiet = bolide("tail", "--stream", name, "--from-beginning", "-e", env=env)
+    assert quiet.stdout == "0:0 key=- headers=- x\n"
+    assert quiet.stderr == ""
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_tail_multi_partition_by_time_and_at_end(
+    stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    for group in ("ACME", "BOLT", "CRUX"):
+        done = bolide(
+            "publish", "--stream", name, *where, "--partitions", "3", "--group", group, group
+        )
+        assert done.returncode == 0, done.stderr
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    late = bolide("publish", "--stream", name, *where, "--group", "BOLT", "--json", "BOLT")
+    partition = _json_lines(late.stdout)[0]["partition"]
+
+    since = bolide("tail", "--stream", name, *where, "--from-time", str(cut), "-e", "--json")
+    assert since.returncode == 0, since.stderr
+    assert [(r["partition"], r["value"]) for r in _json_lines(since.stdout)] == [
+        (partition, "BOLT")
+    ]
+    everything = bolide("tail", "--stream", name, *where, "--from-beginning", "-e")
+    assert sorted(line.split()[-1] for line in everything.stdout.splitlines()) == [
+        "ACME", "BOLT", "BOLT", "CRUX",
+    ]  # fmt: skip
+    only = bolide(
+        "tail", "--stream", name, *where, "--from-beginning", "-e", "--partition", str(partition)
+    )
+    assert [line.split(":")[0] for line in only.stdout.splitlines()] == [str(partition)] * 2
+    nothing = bolide("tail", "--stream", name, *where, "-e")  # from the end: at the end
+    assert nothing.returncode == 0 and nothing.stdout == ""
+    wrong = bolide("publish", "--stream", name, *where, "--partitions", "5", "x")
+    assert wrong.returncode == 1
+    assert "has 3 partitions" in wrong.stderr
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_tail_in_a_group_resumes_after_what_it_printed(
+    stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    bolide("publish", "--stream", name, *where, "-", stdin="v0\nv1\nv2\n")
+    group = f"g-{name}"
+    seen = []
+    for _ in range(3):
+        done = bolide(
+            "tail", "--stream", name, *where, "--group", group, "--count", "1",
+            "--lease-timeout-ms", "4000",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        seen.append(done.stdout.split()[-1])
+    assert seen == ["v0", "v1", "v2"]
+
+
+@pytest.mark.kafka
+def test_avro_publish_and_tail_through_the_sql_registry(
+    stream_factory: Callable[..., StreamConfig], where: list[str], tmp_path: Path
+) -> None:
+    name = stream_factory().name
+    db = f"sqlite:///{tmp_path / 'registry.db'}"
+    with SqlStore(db) as store:
+        store.upgrade()
+    schema = tmp_path / "order.avsc"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "Order",
+                "fields": [{"name": "symbol", "type": "string"}, {"name": "qty", "type": "int"}],
+            }
+        )
+    )
+    avro = ["--avro-schema", str(schema), "--db", db]
+    done = bolide("publish", "--stream", name, *where, *avro, '{"symbol": "ACME", "qty": 5}')
+    assert done.returncode == 0, done.stderr
+    bad = bolide("publish", "--stream", name, *where, *avro, "not json")
+    assert bad.returncode == 1
+    assert "must be JSON" in bad.stderr
+    bolide("publish", "--stream", name, *where, "plain bytes")
+
+    decoded = bolide("tail", "--stream", name, *where, *avro, "--from-beginning", "-e", "--json")
+    assert decoded.returncode == 0, decoded.stderr
+    assert [r["value"] for r in _json_lines(decoded.stdout)] == [
+        {"symbol": "ACME", "qty": 5},
+        "plain bytes",  # not Avro: shown raw, with a warning
+    ]
+    assert "cannot decode" in decoded.stderr
+    raw = bolide("tail", "--stream", name, *where, "--from-beginning", "--count", "1")
+    assert raw.stdout.split()[-1].startswith("\\x00")  # magic byte 0, then the schema id
