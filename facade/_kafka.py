@@ -277,24 +277,30 @@ def log_ends(
 
 
 class FetchGaps:
-    """Reads a partition again once from the expected offset when a fetch skipped ahead.
+    """Reads a partition again from the expected offset when a fetch skipped ahead.
 
     Offsets may be sparse (transaction markers, compaction), but a broker may also answer a
     fetch before an earlier batch is visible (the embedded one does under concurrent
-    producers). One fetch again from the expected offset tells the two apart: a record that
-    shows up comes next, in order; a gap seen twice is a real gap. One instance per topic.
+    producers). Fetching again from the expected offset tells the two apart: a record that
+    shows up comes next, in order; a gap still there once ``settle_s`` has passed since it was
+    first seen (and at least one fetch again) is a real gap. One instance per topic.
 
     Attributes:
         expected: Next offset expected from Kafka, per partition (callers on a hot path may
             read and advance it themselves, calling ``refetch`` only when a fetch skips ahead).
     """
 
-    __slots__ = ("_checked", "expected", "topic")
+    __slots__ = ("_checked", "expected", "settle_s", "topic")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, settle_s: float = 0.0) -> None:
         self.topic = topic
+        self.settle_s = settle_s
         self.expected: dict[int, int] = {}
-        self._checked: dict[int, int] = {}
+        self._checked: dict[int, tuple[int, float]] = {}  # partition: (expected, first seen)
+
+    def checking(self, partition: int) -> bool:
+        """True while a skip in ``partition`` is being fetched again."""
+        return partition in self._checked
 
     def refetch(self, consumer: Consumer, msg: Message) -> bool:
         """True when ``msg`` skipped ahead and its partition is being fetched again: drop it
@@ -303,10 +309,18 @@ class FetchGaps:
         if partition is None or offset is None:
             return False
         expected = self.expected.get(partition)
-        if expected is None or offset <= expected or self._checked.get(partition) == expected:
+        if expected is None or offset <= expected:
             self._checked.pop(partition, None)
             self.expected[partition] = offset + 1
             return False
-        self._checked[partition] = expected
+        now = time.monotonic()
+        seen = self._checked.get(partition)
+        if seen is not None and seen[0] == expected:
+            if now - seen[1] >= self.settle_s:
+                del self._checked[partition]
+                self.expected[partition] = offset + 1
+                return False
+        else:
+            self._checked[partition] = (expected, now)
         consumer.seek(TopicPartition(self.topic, partition, expected))
         return True

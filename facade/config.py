@@ -87,17 +87,32 @@ class Cluster:
 
     Args:
         bootstrap_servers: ``host:port[,host:port...]``.
+        fetch_gap_settle_ms: How long a skip in a partition's offsets must persist before a
+            reader takes it for a real gap (transaction markers, compaction) rather than a
+            fetch answered before an earlier batch was visible. ``0`` (Apache Kafka) checks
+            once; the embedded broker needs a window (docs/compatibility.md).
         **overrides: Any librdkafka setting, by its dotted name, passed to every client
             (``**{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}``).
 
     Secret settings (passwords, keys) never appear in ``repr`` or logs.
     """
 
-    __slots__ = ("_settings", "bootstrap_servers")
+    __slots__ = ("_settings", "bootstrap_servers", "fetch_gap_settle_ms")
 
-    def __init__(self, bootstrap_servers: str, **overrides: Any) -> None:
+    def __init__(
+        self, bootstrap_servers: str, *, fetch_gap_settle_ms: int = 0, **overrides: Any
+    ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise ValueError("bootstrap_servers must be a non-empty 'host:port' string")
+        if (
+            isinstance(fetch_gap_settle_ms, bool)
+            or not isinstance(fetch_gap_settle_ms, int)
+            or fetch_gap_settle_ms < 0
+        ):
+            raise ValueError(
+                f"fetch_gap_settle_ms must be a non-negative int, got {fetch_gap_settle_ms!r}"
+            )
+        self.fetch_gap_settle_ms = fetch_gap_settle_ms
         if "bootstrap.servers" in overrides:
             raise ValueError("bootstrap_servers: pass it as the first argument, not an override")
         self.bootstrap_servers = bootstrap_servers.strip()
@@ -118,14 +133,17 @@ class Cluster:
         return config
 
     def __repr__(self) -> str:
-        return f"Cluster({self.bootstrap_servers!r}, {redact(self._settings)!r})"
+        settle = self.fetch_gap_settle_ms
+        settle_part = f", fetch_gap_settle_ms={settle}" if settle else ""
+        return f"Cluster({self.bootstrap_servers!r}, {redact(self._settings)!r}{settle_part})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cluster):
             return NotImplemented
-        return (self.bootstrap_servers, self._settings) == (
+        return (self.bootstrap_servers, self._settings, self.fetch_gap_settle_ms) == (
             other.bootstrap_servers,
             other._settings,
+            other.fetch_gap_settle_ms,
         )
 
     def __hash__(self) -> int:

@@ -313,6 +313,8 @@ class DurableSession:
         self._handled = self._delivered()
         self._commit(self._handled, asynchronous=True, force=False)
         self._replayed_in_poll = 0
+        if not self.live and not self._complete():
+            self._reach_by_position()
         if not self.live and self._complete():
             self._go_live()
 
@@ -364,6 +366,34 @@ class DurableSession:
         self.after_close(keep_alive=True)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _reach_by_position(self) -> None:
+        """Note partitions whose read position passed the marker with nothing left to deliver.
+
+        The last offsets below a marker may hold no record (transaction markers, compaction):
+        no record then ends the replay, but Kafka's read position steps over them.
+        """
+        sub = self._sub
+        if sub._pending:
+            return
+        waiting = [
+            p
+            for p in self.marker
+            if p not in self._reached
+            and p in sub._assigned
+            and not sub._history.active(p)
+            and not sub._gaps.checking(p)
+        ]
+        if not waiting:
+            return
+        try:
+            positions = sub._consumer.position([TopicPartition(sub.topic, p) for p in waiting])
+        except KafkaException as exc:
+            log.debug("could not read positions: %s", exc)
+            return
+        for tp in positions:
+            if tp.offset >= self.marker[tp.partition]:
+                self._reached.add(tp.partition)
 
     def _complete(self) -> bool:
         wanted = set(self.marker)

@@ -109,7 +109,7 @@ class Subscriber(Closing):
         self._last_read: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset to deliver, per partition
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
-        self._gaps = FetchGaps(self.topic)
+        self._gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self._history = HistoryCursor(self.stream)
         self._reports: list[tuple[str, BaseException | None]] = []
         self._dead_letter: Any = None

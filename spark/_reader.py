@@ -157,7 +157,7 @@ class SourceOptions:
 
     def cluster(self) -> Cluster:
         """The ``Cluster`` these options name."""
-        settings = dict(self.kafka)
+        settings: dict[str, Any] = dict(self.kafka)
         return Cluster(settings.pop("bootstrap.servers"), **settings)
 
     def store(self) -> HistoryStore | None:

@@ -243,10 +243,13 @@ class Archiver:
                 if records:
                     committed = self._archive(consumer, records, meter)
                     positions.update(committed)
-                elif target is not None and time.monotonic() - last_refresh > 1.0:
-                    # Idle: other group members may have moved; learn their commits.
+                elif not messages and time.monotonic() - last_refresh > 1.0:
+                    # Idle: step over offsets that hold no record (transaction markers), and
+                    # learn the commits of other group members that may have moved.
                     last_refresh = time.monotonic()
-                    positions.update(self._refresh(consumer))
+                    positions.update(self._past_markers(consumer, positions))
+                    if target is not None:
+                        positions.update(self._refresh(consumer))
                 done = target is not None and _reached(positions, target)
                 self._report(meter, positions, target, caught_up=done, force=done)
                 if done:
@@ -270,7 +273,11 @@ class Archiver:
             where = (msg.topic(), msg.partition())
             if where in refetching:
                 continue
-            gaps = self._gaps.setdefault(str(msg.topic()), FetchGaps(str(msg.topic())))
+            topic = str(msg.topic())
+            gaps = self._gaps.get(topic)
+            if gaps is None:
+                settle_s = self.cluster.fetch_gap_settle_ms / 1000
+                gaps = self._gaps[topic] = FetchGaps(topic, settle_s)
             if gaps.refetch(consumer, msg):
                 refetching.add(where)  # the rest of this partition comes again, in order
                 continue
@@ -328,6 +335,31 @@ class Archiver:
                 write_typed(conn, stream, recs, self.serdes[stream])
 
         return write
+
+    def _past_markers(self, consumer: Consumer, positions: dict[_TP, int]) -> dict[_TP, int]:
+        """Commit read positions that moved past offsets holding no record.
+
+        Called when a read came back empty, so every record before the positions is archived;
+        a position ahead of the committed offset only stepped over transaction markers or
+        compacted offsets. Without this a transactional stream would never look caught up.
+        """
+        try:
+            current = consumer.position(consumer.assignment())
+        except KafkaException as exc:
+            log.debug("could not read positions: %s", exc)
+            return {}
+        ahead = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in current
+            if tp.offset >= 0
+            and tp.offset > positions.get((tp.topic, tp.partition), 0)
+            and not self._checking(tp.topic, tp.partition)
+        }
+        return self._commit(consumer, ahead) if ahead else {}
+
+    def _checking(self, topic: str, partition: int) -> bool:
+        gaps = self._gaps.get(topic)
+        return gaps is not None and gaps.checking(partition)
 
     def _commit(self, consumer: Consumer, nexts: dict[_TP, int]) -> dict[_TP, int]:
         """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""

@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka setting for the archiver's clients (repeatable)",
+        help="librdkafka setting for the archiver's clients, or fetch_gap_settle_ms (repeatable)",
     )
     archive.set_defaults(func=_archive, parser=archive)
 
@@ -138,12 +138,17 @@ def _archive(args: argparse.Namespace) -> int:
         args.parser.error("--batch-size must be >= 1")
     if args.capacity is not None and args.capacity < 1:
         args.parser.error("--capacity must be >= 1")
-    settings: dict[str, str] = {}
+    settings: dict[str, Any] = {}
     for item in args.settings:
         key, sep, value = item.partition("=")
         if not sep or not key:
             args.parser.error(f"-X expects KEY=VALUE, got {item!r}")
         settings[key] = value
+    if "fetch_gap_settle_ms" in settings:
+        try:
+            settings["fetch_gap_settle_ms"] = int(settings["fetch_gap_settle_ms"])
+        except ValueError:
+            args.parser.error("-X fetch_gap_settle_ms expects an integer")
     cluster = Cluster(args.bootstrap, **settings)
     with _store(args, check_schema=True) as store:
         streams = [_stream(cluster, name, store, args.capacity) for name in args.stream]

@@ -27,6 +27,7 @@ from bolide.facade._kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
 from bolide.stores.durable_registry import DurableRegistry
 from tests.durable.conftest import LIVE, Events, publish
+from tests.facade.test_sparse_offsets import publish_transactions
 
 pytestmark = pytest.mark.kafka
 
@@ -351,3 +352,20 @@ def test_closing_a_receiver_mid_batch_loses_nothing(
     replayed = [e[1] for e in events.records(replayed=True)]
     assert replayed and replayed[0] <= len(handled) and replayed[-1] == offsets[-1]
     assert sorted(set(handled) | set(replayed)) == offsets  # at-least-once: none lost
+
+
+def test_replay_ending_on_transaction_markers_goes_live_without_a_live_record(
+    cluster: Cluster,
+    stream_factory: Callable[..., StreamConfig],
+    durable: Factory,
+    sqlite_registry: DurableRegistry,
+) -> None:
+    stream = stream_factory()
+    publish_transactions(cluster, stream, count=2, size=3)  # offsets 0-2, 4-6; markers 3, 7
+    events = Events()
+    sub = durable(stream, "tx", sqlite_registry, on_live=events.on_live)
+    events.drain(sub, lambda: events.live_count() == 1)
+    assert sub.marker == {0: 8}
+    assert events.items == [
+        (0, o, True, f"{o // 4}-{o % 4}".encode()) for o in (0, 1, 2, 4, 5, 6)
+    ] + [LIVE]

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -133,10 +134,12 @@ def test_a_message_group_is_read_by_one_member_of_a_subscriber_group(cluster, st
 
 
 def _publish_concurrently(cluster, stream: StreamConfig, publishers: int, count: int) -> None:
+    futures: list[Future[int]] = []
+
     def work(index: int) -> None:
         with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
             for i in range(count):
-                pub.publish_async(Record(f"p{index}-{i}".encode()))
+                futures.append(pub.publish_async(Record(f"p{index}-{i}".encode())))
                 if i % 10 == 0:
                     time.sleep(0.001)
 
@@ -145,6 +148,8 @@ def _publish_concurrently(cluster, stream: StreamConfig, publishers: int, count:
         thread.start()
     for thread in threads:
         thread.join()
+    assert all(f.result(30) >= 0 for f in futures)  # every publish acknowledged
+    assert len(futures) == publishers * count
 
 
 def _per_publisher(order: list[bytes]) -> dict[str, list[int]]:

@@ -20,6 +20,7 @@ from bolide.facade import (
 )
 from bolide.stores import Archiver, ArchiverStats, SqlStore, require_delete_records
 from tests.conftest import eventually
+from tests.facade.test_sparse_offsets import publish_transactions
 
 pytestmark = pytest.mark.kafka
 
@@ -214,3 +215,17 @@ def test_capacity_trims_kafka_once_archived(
     assert high == 100
     assert 60 <= low <= 80  # about 20 left in Kafka, never one that is not archived
     assert [r.offset for r in archived(store, stream)] == list(range(100))
+
+
+def test_archives_a_transactional_stream_with_marker_gaps(
+    cluster: Cluster, store: SqlStore, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    publish_transactions(cluster, stream, count=3, size=4)
+    stats = Archiver(
+        cluster, store, [stream], group=f"g-{uuid.uuid4().hex[:8]}", consumer_config=FAST_GROUP
+    ).run()
+    rows = archived(store, stream)
+    assert stats.inserted == 12
+    assert [r.data for r in rows] == [f"{t}-{i}".encode() for t in range(3) for i in range(4)]
+    assert [r.offset for r in rows] == [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13]
