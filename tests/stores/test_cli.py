@@ -153,6 +153,7 @@ def test_archive_command(
     stream = stream_factory()
     publish(cluster, stream, 30)
     settings = [f"-X{k}={v}" for k, v in FAST_GROUP.items()]
+    settings.append(f"-Xfetch_gap_settle_ms={cluster.fetch_gap_settle_ms}")
     common = ["--db", db_url, "--bootstrap", cluster.bootstrap_servers, *settings]
     group = f"cli-{uuid.uuid4().hex[:8]}"
     run = bolide("archive", "--stream", stream.name, "--group", group, "--json", *common)
@@ -168,3 +169,5 @@ def test_archive_command(
     assert run.returncode == 1
     assert "does not exist" in run.stderr
     assert bolide("archive", "--stream", stream.name, "--db", db_url).returncode == 2
+    bad = bolide("archive", "--stream", stream.name, *common, "-Xfetch_gap_settle_ms=soon")
+    assert bad.returncode == 2 and "fetch_gap_settle_ms expects an integer" in bad.stderr
