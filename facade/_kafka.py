@@ -57,7 +57,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _TIMEOUT_S = 10.0
-_known_topics: dict[tuple[str, str], int] = {}
+#: Partition count per (bootstrap servers, topic), and the topic settings already checked.
+_known_topics: dict[tuple[str, str], tuple[int, set[frozenset[tuple[str, str]]]]] = {}
 _topics_lock = threading.Lock()
 
 
@@ -117,11 +118,17 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
         BrokerError: The broker could not be reached or refused to create the topic.
     """
     cache_key = (cluster.bootstrap_servers, stream.name)
+    settings = frozenset(stream.topic_settings().items())
     with _topics_lock:
-        count = _known_topics.get(cache_key)
-        if count is None:
+        known = _known_topics.get(cache_key)
+        if known is None:
             count = _create_or_describe(cluster, stream)
-            _known_topics[cache_key] = count
+            _known_topics[cache_key] = (count, {settings})
+        else:
+            count, checked = known
+            if settings not in checked:  # another config of a known topic
+                _check_configs(admin_client(cluster), stream)
+                checked.add(settings)
     if count != stream.partitions:
         raise StreamConfigMismatchError(
             f"topic {stream.name!r} has {count} partitions, the stream config says "

@@ -159,6 +159,7 @@ class Archiver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._trimmed: dict[_TP, int] = {}
+        self._unsettled: dict[_TP, int] = {}  # committed asynchronously since the last sync
         self.stats = ArchiverStats()
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -221,7 +222,11 @@ class Archiver:
                 CONSUMER_DEFAULTS,
                 # The cluster's own settings win over the archiver's defaults.
                 {k: v for k, v in ARCHIVER_CONSUMER_DEFAULTS.items() if k not in settings},
-                {"group.id": self.group, "client.id": f"bolide-archiver-{self.group}"},
+                {
+                    "group.id": self.group,
+                    "client.id": f"bolide-archiver-{self.group}",
+                    "on_commit": _log_commit_errors,
+                },
                 self._consumer_config,
             )
         )
@@ -241,21 +246,26 @@ class Archiver:
                 messages = consumer.consume(self.batch_size, timeout=0.2)
                 records = self._records(consumer, messages)
                 if records:
-                    committed = self._archive(consumer, records, meter)
-                    positions.update(committed)
+                    positions.update(self._archive(consumer, records, meter))
                 elif not messages and time.monotonic() - last_refresh > 1.0:
                     # Idle: step over offsets that hold no record (transaction markers), and
                     # learn the commits of other group members that may have moved.
                     last_refresh = time.monotonic()
                     positions.update(self._past_markers(consumer, positions))
                     if target is not None:
-                        positions.update(self._refresh(consumer))
+                        for tp, offset in self._refresh(consumer).items():
+                            positions[tp] = max(positions.get(tp, 0), offset)
                 done = target is not None and _reached(positions, target)
+                if done:
+                    self._settle_commits(consumer)
                 self._report(meter, positions, target, caught_up=done, force=done)
                 if done:
                     break
         finally:
-            consumer.close()
+            try:
+                self._settle_commits(consumer)
+            finally:
+                consumer.close()
             self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
         return self.stats
 
@@ -303,9 +313,18 @@ class Archiver:
             inserted=self.stats.inserted + inserted,
             batches=self.stats.batches + 1,
         )
-        committed = self._commit(consumer, nexts)
-        self._trim(consumer, committed)
-        return committed
+        # The rows are in the database: the offsets may follow asynchronously (a crash before
+        # they land re-reads rows that are already stored, and inserts are idempotent).
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in nexts.items()])
+        self._unsettled.update(nexts)
+        self._trim(consumer, nexts)
+        return nexts
+
+    def _settle_commits(self, consumer: Consumer) -> None:
+        """Commit the latest archived offsets synchronously (on catching up and on stop)."""
+        if self._unsettled:
+            unsettled, self._unsettled = self._unsettled, {}
+            self._commit(consumer, unsettled)
 
     def _write(self, records: dict[str, list[Record]]) -> int:
         """Write with retries and backoff; Kafka offsets wait until this returns."""
@@ -374,7 +393,13 @@ class Archiver:
                     continue
                 log.warning("offset commit failed (the records will be re-read): %s", err.str())
                 return {}
-            return {(tp.topic, tp.partition): int(tp.offset) for tp in result if tp.error is None}
+            accepted = {
+                (tp.topic, tp.partition): int(tp.offset) for tp in result if tp.error is None
+            }
+            for tp, offset in accepted.items():
+                if self._unsettled.get(tp, offset) <= offset:
+                    self._unsettled.pop(tp, None)  # never commit an older offset after this one
+            return accepted
         return {}
 
     def _trim(self, consumer: Consumer, committed: dict[_TP, int]) -> None:
@@ -482,6 +507,14 @@ class _Meter:
         self._count = 0
         self.last_report = now
         return rate
+
+
+def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    """Asynchronous commits that fail only cost a re-read of stored rows: log them."""
+    failed = [f"{tp.topic}[{tp.partition}]" for tp in partitions if tp.error is not None]
+    if err is not None or failed:
+        reason = err.str() if err is not None else "partition errors"
+        log.warning("offset commit failed for %s (re-read on restart): %s", failed, reason)
 
 
 def _reached(positions: dict[_TP, int], target: dict[_TP, int]) -> bool:
