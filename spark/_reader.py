@@ -21,7 +21,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bolide.facade._history import HistoryCursor
-from bolide.facade._kafka import CONSUMER_DEFAULTS, admin_client, log_ends, log_starts
+from bolide.facade._kafka import (
+    CONSUMER_DEFAULTS,
+    FetchGaps,
+    admin_client,
+    log_ends,
+    log_starts,
+)
 from bolide.facade.config import Cluster, HistoryStore, StreamConfig
 from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
 from bolide.facade.record import Record
@@ -108,6 +114,8 @@ class SourceOptions:
         fail_on_data_loss: ``failOnDataLoss``: fail (default) or warn when a range is gone
             from both Kafka and the history store.
         store_url: ``bolide.store``: SQLAlchemy URL of the history to splice in.
+        fetch_gap_settle_ms: ``bolide.fetchGapSettleMs``: the cluster's gap window
+            (``Cluster(fetch_gap_settle_ms=...)``); default 0.
     """
 
     topics: list[str]
@@ -118,6 +126,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     store_url: str | None = None
+    fetch_gap_settle_ms: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool) -> SourceOptions:
@@ -153,12 +162,14 @@ class SourceOptions:
             include_headers=_flag(lowered, "includeheaders", False),
             fail_on_data_loss=_flag(lowered, "failondataloss", True),
             store_url=lowered.get("bolide.store") or None,
+            fetch_gap_settle_ms=_positive(lowered, "bolide.fetchgapsettlems") or 0,
         )
 
     def cluster(self) -> Cluster:
         """The ``Cluster`` these options name."""
         settings: dict[str, Any] = dict(self.kafka)
-        return Cluster(settings.pop("bootstrap.servers"), **settings)
+        bootstrap = settings.pop("bootstrap.servers")
+        return Cluster(bootstrap, fetch_gap_settle_ms=self.fetch_gap_settle_ms, **settings)
 
     def store(self) -> HistoryStore | None:
         """The history store (one per URL and process), or ``None``."""
@@ -424,6 +435,7 @@ def _from_kafka(
     consumer: Consumer, opts: SourceOptions, rng: ReadRange, position: int, rows: _Rows
 ) -> Iterator[Any]:
     consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
+    gaps = FetchGaps(rng.topic, opts.fetch_gap_settle_ms / 1000)
     deadline = time.monotonic() + _READ_TIMEOUT_S
     while position < rng.end:
         if time.monotonic() > deadline:
@@ -454,6 +466,9 @@ def _from_kafka(
                     retriable=err.retriable(),
                 )
             offset = msg.offset() or 0
+            gaps.expected[rng.partition] = position
+            if offset > position and gaps.refetch(consumer, msg):
+                break  # a skip ahead: this partition is fetched again from ``position``
             if offset >= rng.end:
                 position = rng.end
                 break

@@ -108,6 +108,8 @@ def read_stream(
 
     register(spark)
     opts = kafka_options(config, cluster, **extra)
+    if cluster.fetch_gap_settle_ms:
+        opts["bolide.fetchGapSettleMs"] = str(cluster.fetch_gap_settle_ms)
     if history is not None:
         opts["bolide.store"] = history
     return spark.readStream.format("bolide").options(**opts).load()

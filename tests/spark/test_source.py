@@ -22,6 +22,7 @@ from bolide.spark import KAFKA_SCHEMA, kafka_options, register
 from bolide.spark._reader import SourceOptions, cap_offsets
 from bolide.stores import SqlStore
 from tests.conftest import eventually
+from tests.facade.test_sparse_offsets import publish_transactions
 
 from .conftest import publish, sample
 
@@ -71,6 +72,10 @@ def _as_tuple(row: Any) -> tuple[Any, ...]:
         ),
         ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "failOnDataLoss": "y"}, "true"),
         ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "maxOffsetsPerTrigger": "0"}, "pos"),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "bolide.fetchGapSettleMs": "x"},
+            "fetchgapsettlems",
+        ),
     ],
 )
 def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
@@ -89,10 +94,12 @@ def test_options_mirror_the_kafka_source_names() -> None:
             "includeHeaders": "true",
             "failOnDataLoss": "false",
             "bolide.store": "sqlite:///x.db",
+            "bolide.fetchGapSettleMs": "250",
         },
         batch=False,
     )
     assert parsed.topics == ["a", "b"]
+    assert parsed.cluster().fetch_gap_settle_ms == 250
     assert parsed.kafka == {"bootstrap.servers": "b:1", "security.protocol": "SSL"}
     assert parsed.cluster().settings == {"security.protocol": "SSL"}
     assert (parsed.max_offsets_per_trigger, parsed.include_headers) == (100, True)
@@ -156,6 +163,15 @@ def test_batch_read_equals_a_subscriber(spark: Any, cluster: Cluster, stream_fac
         assert row["topic"] == stream.name
         assert int(row["timestamp"].timestamp() * 1000) == record.timestamp_ms
         assert row["timestampType"] == 0  # CreateTime, as the Java client numbers it
+
+
+def test_batch_read_of_a_transactional_topic(spark: Any, cluster: Cluster, stream_factory) -> None:
+    stream = stream_factory()
+    publish_transactions(cluster, stream, count=3, size=2)  # markers at 2, 5 and 8
+    window = {"bolide.fetchGapSettleMs": str(cluster.fetch_gap_settle_ms or 1)}
+    df = _reader(spark, cluster, stream, False, startingOffsets="earliest", **window).load()
+    rows = [(r["offset"], bytes(r["value"])) for r in df.orderBy("offset").collect()]
+    assert rows == [(0, b"0-0"), (1, b"0-1"), (3, b"1-0"), (4, b"1-1"), (6, b"2-0"), (7, b"2-1")]
 
 
 def test_batch_ranges_by_json_offsets(spark: Any, cluster: Cluster, stream_factory) -> None:
