@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.errors import BolideError, SerializationError
 
 __all__ = ["parse_time_ms", "register"]
@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
 
 def _stream_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", required=True, help="the stream (topic)")
-    add_bootstrap_argument(parser)
+    add_cluster_arguments(parser)
     parser.add_argument(
         "--avro-schema",
         default=None,
@@ -110,11 +110,7 @@ def _stream_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> Any:
-    from bolide.facade.config import Cluster
-
-    if not args.bootstrap:
-        args.parser.error("--bootstrap is required (or set $BOLIDE_BOOTSTRAP)")
-    return Cluster(args.bootstrap)
+    return cluster_from_args(args)
 
 
 def _serde(args: argparse.Namespace) -> Any:

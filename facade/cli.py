@@ -14,10 +14,20 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from bolide.facade.errors import BolideError
 
-__all__ = ["add_bootstrap_argument", "add_db_argument", "main"]
+if TYPE_CHECKING:
+    from bolide.facade.config import Cluster
+
+__all__ = [
+    "add_bootstrap_argument",
+    "add_cluster_arguments",
+    "add_db_argument",
+    "cluster_from_args",
+    "main",
+]
 
 log = logging.getLogger("bolide.cli")
 
@@ -36,6 +46,47 @@ def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("BOLIDE_BOOTSTRAP"),
         help="Kafka bootstrap servers (default: $BOLIDE_BOOTSTRAP)",
     )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap`` and kcat's ``-X KEY=VALUE`` (librdkafka settings, repeatable).
+
+    Commands that take these build their ``Cluster`` with ``cluster_from_args``.
+    """
+    add_bootstrap_argument(parser)
+    parser.add_argument(
+        "-X",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting for every client (repeatable), or fetch_gap_settle_ms",
+    )
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    """The ``Cluster`` named by ``--bootstrap`` and ``-X``; a usage error (exit 2) if invalid."""
+    from bolide.facade.config import Cluster
+
+    parser: argparse.ArgumentParser = args.parser
+    if not args.bootstrap:
+        parser.error("--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)")
+    settings: dict[str, Any] = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"-X expects KEY=VALUE, got {item!r}")
+        settings[key] = value
+    if "fetch_gap_settle_ms" in settings:
+        try:
+            settings["fetch_gap_settle_ms"] = int(settings["fetch_gap_settle_ms"])
+        except ValueError:
+            parser.error("-X fetch_gap_settle_ms expects an integer")
+    try:
+        return Cluster(args.bootstrap, **settings)
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
+        raise  # pragma: no cover - error() exits
 
 
 def add_db_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:

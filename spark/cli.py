@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
 
 __all__ = ["register"]
 
@@ -34,7 +34,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _source(parser: argparse.ArgumentParser) -> None:
-    add_bootstrap_argument(parser)
+    add_cluster_arguments(parser)
     parser.add_argument("--stream", required=True, help="stream (topic) to read")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument(
@@ -71,7 +71,7 @@ def register(subparsers: Any) -> None:
     archive.add_argument("--max-per-batch", type=int, default=10_000, help="records per batch")
     archive.add_argument("--follow", action="store_true", help="keep archiving until Ctrl-C")
     _common(archive)
-    archive.set_defaults(func=_archive)
+    archive.set_defaults(func=_archive, parser=archive)
 
     reseq = jobs.add_parser(
         "resequence",
@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
     reseq.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval (1)")
     reseq.add_argument("--run-for-s", type=float, default=None, help="stop after this long")
     _common(reseq)
-    reseq.set_defaults(func=_resequence)
+    reseq.set_defaults(func=_resequence, parser=reseq)
 
     query = jobs.add_parser(
         "query",
@@ -157,7 +157,7 @@ def _archive(args: argparse.Namespace) -> int:
         args.stream,
         args.db,
         args.checkpoint,
-        bootstrap=args.bootstrap,
+        bootstrap=cluster_from_args(args),
         source=args.source,
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_per_batch,
@@ -180,7 +180,7 @@ def _resequence(args: argparse.Namespace) -> int:
         args.stream,
         args.output,
         args.checkpoint,
-        bootstrap=args.bootstrap,
+        bootstrap=cluster_from_args(args),
         mode=args.mode,
         timeout_s=args.timeout_s,
         on_timeout=args.on_timeout,

@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.config import Cluster
 from bolide.facade.durable import client_backlog, expire_clients
 from bolide.stores.durable_registry import DurableClient, DurableRegistry, now_ms
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     )
     for parser, func in ((listing, _list), (expire, _expire)):
         add_db_argument(parser)
-        add_bootstrap_argument(parser)
+        add_cluster_arguments(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func, parser=parser)
 
@@ -43,10 +43,9 @@ def register(subparsers: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Cluster, DurableRegistry]:
     if not args.db:
         args.parser.error("--db URL is required (or set $BOLIDE_DB)")
-    if not args.bootstrap:
-        args.parser.error("--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)")
+    cluster = cluster_from_args(args)
     try:
-        return Cluster(args.bootstrap), DurableRegistry(str(args.db))
+        return cluster, DurableRegistry(str(args.db))
     except (ValueError, TypeError) as error:
         args.parser.error(str(error))
         raise  # pragma: no cover - error() exits

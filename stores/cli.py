@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 
 from bolide.facade._kafka import admin_client
-from bolide.facade.cli import add_bootstrap_argument, add_db_argument
+from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
 from bolide.stores import _durable_cli
@@ -56,21 +56,13 @@ def register(subparsers: Any) -> None:
         "--stream", action="append", required=True, metavar="NAME", help="stream (repeatable)"
     )
     add_db_argument(archive)
-    add_bootstrap_argument(archive)
+    add_cluster_arguments(archive)
     archive.add_argument("--follow", action="store_true", help="keep archiving new records")
     archive.add_argument("--json", action="store_true", help="machine-readable output")
     archive.add_argument("--group", default="bolide-archiver", help="consumer group")
     archive.add_argument("--batch-size", type=int, default=2_000, help="records per transaction")
     archive.add_argument(
         "--capacity", type=int, default=None, help="trim Kafka to about N records per partition"
-    )
-    archive.add_argument(
-        "-X",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting for the archiver's clients, or fetch_gap_settle_ms (repeatable)",
     )
     archive.set_defaults(func=_archive, parser=archive)
 
@@ -138,18 +130,7 @@ def _archive(args: argparse.Namespace) -> int:
         args.parser.error("--batch-size must be >= 1")
     if args.capacity is not None and args.capacity < 1:
         args.parser.error("--capacity must be >= 1")
-    settings: dict[str, Any] = {}
-    for item in args.settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            args.parser.error(f"-X expects KEY=VALUE, got {item!r}")
-        settings[key] = value
-    if "fetch_gap_settle_ms" in settings:
-        try:
-            settings["fetch_gap_settle_ms"] = int(settings["fetch_gap_settle_ms"])
-        except ValueError:
-            args.parser.error("-X fetch_gap_settle_ms expects an integer")
-    cluster = Cluster(args.bootstrap, **settings)
+    cluster = cluster_from_args(args)
     with _store(args, check_schema=True) as store:
         streams = [_stream(cluster, name, store, args.capacity) for name in args.stream]
         display = _Progress(sys.stderr, as_json=args.json)

@@ -110,7 +110,21 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
 def test_missing_bootstrap_is_a_usage_error() -> None:
     done = bolide("tail", "--stream", "s")
     assert done.returncode == 2
-    assert "--bootstrap is required (or set $BOLIDE_BOOTSTRAP)" in done.stderr
+    assert "--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("-Xsocket.timeout.ms", "-X expects KEY=VALUE"),
+        ("-Xfetch_gap_settle_ms=soon", "fetch_gap_settle_ms expects an integer"),
+        ("-Xfetch_gap_settle_ms=-5", "fetch_gap_settle_ms must be a non-negative int"),
+    ],
+)
+def test_bad_cluster_settings_are_usage_errors(setting: str, message: str) -> None:
+    done = bolide("tail", "--stream", "s", "--bootstrap", "127.0.0.1:1", setting)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_runtime_failure_exits_1(tmp_path: Path) -> None:
@@ -133,7 +147,9 @@ def test_parse_time_ms() -> None:
 
 @pytest.fixture
 def where(cluster: Cluster) -> list[str]:
-    return ["--bootstrap", cluster.bootstrap_servers]
+    settings = [f"-X{k}={v}" for k, v in cluster.settings.items() if not callable(v)]
+    gap = f"-Xfetch_gap_settle_ms={cluster.fetch_gap_settle_ms}"
+    return ["--bootstrap", cluster.bootstrap_servers, *settings, gap, "-Xclient.id=bolide-cli"]
 
 
 def _json_lines(text: str) -> list[dict[str, object]]:

@@ -226,6 +226,7 @@ def test_cli_archive_and_query(
             "archive",
             "--bootstrap",
             cluster.bootstrap_servers,
+            f"-Xfetch_gap_settle_ms={cluster.fetch_gap_settle_ms}",
             "--db",
             sqlite_url,
             "--stream",
