@@ -293,12 +293,33 @@ def _ensure_table(
         The column of each wanted pair: the field's own, or ``<name>__<storage>`` when the
         field's column already holds another SQL type.
     """
-    inspector = sa.inspect(conn)
-    if inspector.has_table(table):
-        existing = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
-    else:
+    columns, added, create = _plan_columns(conn, table, wanted)
+    if not (added or create):
+        return columns
+    if conn.dialect.name == "postgresql":
+        # Two archivers widening one table at once: the second waits here for the first
+        # transaction, then plans again against the committed catalog (no "already exists").
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": table})
+        columns, added, create = _plan_columns(conn, table, wanted)
+    if create:
         _key_table(table).create(conn)
+    if added:
+        operations = Operations(MigrationContext.configure(conn))
+        for new_column in added:
+            operations.add_column(table, new_column)
+    return columns
+
+
+def _plan_columns(
+    conn: Connection, table: str, wanted: set[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], str], list[sa.Column[Any]], bool]:
+    """The column of each wanted pair, the columns to add, and whether to create the table."""
+    inspector = sa.inspect(conn)
+    create = not inspector.has_table(table)
+    if create:
         existing = dict(_KEY_COLUMNS)
+    else:
+        existing = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
     columns: dict[tuple[str, str], str] = {}
     added: list[sa.Column[Any]] = []
     # Sorted: the first kind of a name takes the plain column, in every process alike.
@@ -311,11 +332,7 @@ def _ensure_table(
             existing[column] = storage
             added.append(sa.Column(column, _SQL_TYPES[kind], nullable=True))
         columns[(name, kind)] = column
-    if added:
-        operations = Operations(MigrationContext.configure(conn))
-        for new_column in added:
-            operations.add_column(table, new_column)
-    return columns
+    return columns, added, create
 
 
 def write_typed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from bolide.facade.schema_registry import MemorySchemaRegistry
 from bolide.stores import SqlStore
 from bolide.stores.typed_archive import is_typed_table, typed_table_name, write_typed
 from tests.avro.conftest import ORDER_V1, ORDER_V2, ORDER_V3, order
+from tests.conftest import eventually, make_db_url
 
 
 def published(serde: AvroSerde, stream: str, offset: int, value: Any, partition: int = 0) -> Record:
@@ -211,3 +213,41 @@ def test_typed_tables_stay_out_of_alembic_check(sql_store: SqlStore) -> None:
     write(sql_store, "o", [published(serde, "o", 0, order(0))], serde)
     with sql_store.engine.begin() as conn:
         command.check(alembic_config(conn))  # raises when models and database differ
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("table_exists", [True, False], ids=["widen", "create"])
+def test_two_writers_changing_one_table_at_once(
+    tmp_path: Path, request: pytest.FixtureRequest, pg_admin: sa.Engine, table_exists: bool
+) -> None:
+    registry = MemorySchemaRegistry()
+    v1, v2 = AvroSerde(ORDER_V1, registry=registry), AvroSerde(ORDER_V2, registry=registry)
+    with SqlStore(make_db_url("postgresql", tmp_path, request)) as store:
+        store.upgrade()
+        if table_exists:
+            write(store, "w", [published(v1, "w", 0, order(0))], v1)
+        errors: list[BaseException] = []
+
+        def second() -> None:
+            try:
+                write(store, "w", [published(v2, "w", 2, order(2, country="IT"))], v2)
+            except BaseException as exc:
+                errors.append(exc)
+
+        with store.engine.connect() as first:
+            with first.begin():  # widens (or creates) the table and holds it, uncommitted
+                write_typed(first, "w", [published(v2, "w", 1, order(1, country="DE"))], v2)
+                thread = threading.Thread(target=second)
+                thread.start()
+                eventually(lambda: _lock_waits(pg_admin) > 0)  # the second writer waits
+            thread.join(30)
+        assert not errors, errors
+        got = rows(store, "SELECT kafka_offset, country FROM bolide_avro_w ORDER BY 1")
+        assert got == ([(0, None)] if table_exists else []) + [(1, "DE"), (2, "IT")]
+
+
+def _lock_waits(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one()
+        )
