@@ -109,10 +109,6 @@ def _stream_args(parser: argparse.ArgumentParser) -> None:
     add_db_argument(parser)
 
 
-def _cluster(args: argparse.Namespace) -> Any:
-    return cluster_from_args(args)
-
-
 def _serde(args: argparse.Namespace) -> Any:
     if args.avro_schema is None:
         return None
@@ -166,7 +162,7 @@ def _publish(args: argparse.Namespace) -> int:
         if not sep or not name:
             args.parser.error(f"--header expects NAME=VALUE, got {item!r}")
         headers.append((name, value.encode()))
-    cluster = _cluster(args)
+    cluster = cluster_from_args(args)
     serde = _serde(args)
     stream = _stream(args, cluster, args.partitions)
     values = _lines(sys.stdin) if args.value == "-" else iter([args.value])
@@ -262,7 +258,7 @@ def _tail(args: argparse.Namespace) -> int:
             when = parse_time_ms(args.from_time)
         except ValueError as exc:
             args.parser.error(str(exc))
-    cluster = _cluster(args)
+    cluster = cluster_from_args(args)
     serde = _serde(args)
     stream = _stream(args, cluster, None)
     if args.partition is not None and args.partition >= stream.partitions:

@@ -315,7 +315,7 @@ class Archiver:
         )
         # The rows are in the database: the offsets may follow asynchronously (a crash before
         # they land re-reads rows that are already stored, and inserts are idempotent).
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in nexts.items()])
+        consumer.commit(offsets=_topic_partitions(nexts))
         self._unsettled.update(nexts)
         self._trim(consumer, nexts)
         return nexts
@@ -382,7 +382,7 @@ class Archiver:
 
     def _commit(self, consumer: Consumer, nexts: dict[_TP, int]) -> dict[_TP, int]:
         """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
-        offsets = [TopicPartition(t, p, o) for (t, p), o in nexts.items()]
+        offsets = _topic_partitions(nexts)
         for attempt in range(3):
             try:
                 result = consumer.commit(offsets=offsets, asynchronous=False) or []
@@ -507,6 +507,10 @@ class _Meter:
         self._count = 0
         self.last_report = now
         return rate
+
+
+def _topic_partitions(offsets: dict[_TP, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
 
 
 def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
