@@ -208,11 +208,15 @@ def check_eager(source: str, settings: Mapping[str, Any]) -> None:
         )
 
 
-def _positive_int(name: str, value: object, *, minimum: int = 1) -> None:
+def _positive_int(
+    name: str, value: object, *, minimum: int = 1, maximum: int | None = None
+) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +324,10 @@ class PublisherConfig:
         )
 
 
+#: librdkafka's upper bound on the records one ``consume`` call may return.
+MAX_BATCH = 1_000_000
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class SubscriberConfig:
     """Subscriber settings.
@@ -330,7 +338,7 @@ class SubscriberConfig:
         initial_offset_scheme: Where to start without a position (see Meteor's table).
         lease_timeout_ms: A grouped subscriber that stops polling for this long loses its lease
             (``session.timeout.ms`` and ``max.poll.interval.ms``).
-        max_batch: Most records one ``poll`` returns.
+        max_batch: Most records one ``poll`` returns (1 to 1,000,000, librdkafka's bound).
         error_handler: ``fn(summary, error)`` for failures outside any one call; logs if unset.
         consumer_config: librdkafka consumer settings, passed through.
         durable_id: Makes this a durable client (GemFire): its queue survives disconnects.
@@ -374,7 +382,7 @@ class SubscriberConfig:
         if not isinstance(self.initial_offset_scheme, InitialOffsetScheme):
             raise TypeError("initial_offset_scheme must be an InitialOffsetScheme")
         _positive_int("lease_timeout_ms", self.lease_timeout_ms, minimum=1_000)
-        _positive_int("max_batch", self.max_batch)
+        _positive_int("max_batch", self.max_batch, maximum=MAX_BATCH)
         if self.error_handler is not None and not callable(self.error_handler):
             raise TypeError("error_handler must be callable")
         object.__setattr__(

@@ -17,9 +17,11 @@ Lifecycle of one connection (``DurableSession``, owned by the subscriber):
 3. ``on_live()`` is called once, at the start of the poll after the last replayed record was
    returned (or at once when nothing is replayed), and live records follow unflagged.
 4. Delivered positions are committed at the start of each poll (the application has had the
-   previous batch) and synchronously on ``close(keep_alive=True)``: a killed client loses at
-   most its last batch, which is delivered again (at-least-once). ``close(keep_alive=False)``
-   unregisters the id and drops its position.
+   previous batch), on ``confirm()``, and synchronously on ``close(keep_alive=True)``, which
+   commits what the application had finished: what it had before its last poll, or what it
+   confirmed beyond that. The last batch, unconfirmed, is delivered again on reconnect, as it
+   is after a kill (at-least-once); leaving ``with Subscriber(...)`` by an exception commits
+   nothing new. ``close(keep_alive=False)`` unregisters the id and drops its position.
 
 While connected, a heartbeat thread renews the claim and the last-seen time every third of
 ``lease_timeout_ms``; a killed process's claim lapses after one lease.
@@ -186,6 +188,7 @@ class DurableSession:
         self._paused: set[int] = set()
         self._replayed_in_poll = 0
         self._handled: dict[int, int] = {}  # positions the application had at the last poll
+        self._confirmed: dict[int, int] = {}  # positions the application confirmed
         self._claim_lost = False
         self._connected = False
         self._stop = threading.Event()
@@ -318,16 +321,26 @@ class DurableSession:
         if not self.live and self._complete():
             self._go_live()
 
-    def before_close(self, keep_alive: bool) -> None:
-        """Stop the heartbeat; with ``keep_alive``, commit what was delivered, synchronously."""
+    def confirmed(self, positions: dict[int, int]) -> None:
+        """Note positions the application confirmed (next offset per partition)."""
+        for p, o in positions.items():
+            self._confirmed[p] = max(o, self._confirmed.get(p, o))
+
+    def before_close(self, keep_alive: bool, *, failed: bool = False) -> None:
+        """Stop the heartbeat; with ``keep_alive``, commit what the application finished.
+
+        That is what it had before its last poll, or confirmed beyond it; the batch of the
+        last poll may be half handled. ``failed`` (leaving by an exception) commits only what
+        the last poll already committed.
+        """
         self._stop.set()
         if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
             self._heartbeat.join(5)
         if keep_alive and not self._claim_lost:
-            # A receiver stops between records: its last batch may be half handled, so only
-            # what it had polled past is delivered. A caller of poll has had every record.
-            sub = self._sub
-            positions = self._handled if sub._receiver is not None else self._delivered()
+            positions = dict(self._handled)
+            if not failed:
+                for p, o in self._confirmed.items():
+                    positions[p] = max(o, positions.get(p, o))
             try:
                 self._commit(positions, asynchronous=False, force=True)
             except KafkaException as exc:
@@ -407,10 +420,14 @@ class DurableSession:
         self._paused.clear()
         hook = sub.config.on_live
         if hook is not None:
-            try:
-                hook()
-            except Exception as exc:
-                sub._report("on_live raised", exc)
+
+            def call() -> None:
+                try:
+                    hook()
+                except Exception as exc:
+                    sub._report("on_live raised", exc)
+
+            sub._lock.call(call)  # after the subscriber lets go of its lock
         log.info("durable client %r is live", self.durable_id)
         sub._pending.extendleft(reversed(held))
         if paused:

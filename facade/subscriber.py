@@ -15,7 +15,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from bolide.facade._closing import Closing
 from bolide.facade._history import HistoryCursor
@@ -27,6 +34,7 @@ from bolide.facade._kafka import (
     log_starts,
     new_client,
 )
+from bolide.facade._lock import HookLock
 from bolide.facade._sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig, check_eager
 from bolide.facade.durable import DurableSession
@@ -100,8 +108,12 @@ class Subscriber(Closing):
     def _setup(self) -> None:
         config, cluster = self.config, self.cluster
         self.partitions = ensure_topic(cluster, config.stream)
-        self._lock = threading.RLock()
+        # Held while talking to the consumer; user callbacks wait until it is let go.
+        self._lock = HookLock()
         self._closed = False
+        self._consumer_closed = False
+        self._commit_lock = threading.Lock()  # confirm vs. closing the consumer
+        self._revoking = False  # on_revoke runs: partitions still owned, confirms are synchronous
         self._deactivated = False
         self._receiver: Receiver | None = None
         self._pending: deque[Message | Record] = deque()  # read, not yet delivered
@@ -111,9 +123,10 @@ class Subscriber(Closing):
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
         self._gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self._history = HistoryCursor(self.stream)
-        self._reports: list[tuple[str, BaseException | None]] = []
         self._dead_letter: Any = None
-        self._deferred: SerializationError | None = None
+        # Raised by the next poll, with the position of the record it consumed (if any).
+        self._deferred: tuple[Exception, tuple[int, int] | None] | None = None
+        self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
         scheme = config.initial_offset_scheme
         if scheme is InitialOffsetScheme.AUTO:
             scheme = InitialOffsetScheme.EARLIEST if self.grouped else InitialOffsetScheme.LATEST
@@ -246,14 +259,34 @@ class Subscriber(Closing):
         try:
             self._position_assigned(consumer, parts)
         except Exception as exc:
-            # Never leave the lease half taken: start from the group's confirmed offsets.
+            # Never leave the lease half taken: go on from what this member delivered, else
+            # from the group's confirmed offsets (never back below either).
             self._report(f"positioning {self.topic}{parts} failed; using confirmed offsets", exc)
-            consumer.assign([TopicPartition(self.topic, p) for p in parts])
+            self._fallback_assign(consumer, parts)
         self._assigned = set(parts)
         log.info("%s assigned %s[%s]", self.group_id, self.topic, parts)
         if self._durable is not None:
             self._durable.on_assigned(parts)
-        self._call_hook(self.config.on_assign, "on_assign", parts)
+        hook = self.config.on_assign
+        if hook is not None:
+            self._lock.call(lambda: self._call_hook(hook, "on_assign", parts))
+
+    def _fallback_assign(self, consumer: Consumer, parts: list[int]) -> None:
+        """Assign ``parts`` without the history or the initial offset scheme."""
+        assignment = []
+        for p in parts:
+            self._history.close(p)
+            self._resume_at.pop(p, None)
+            if p in self._last_read and p in self._next:
+                offset = self._next[p]
+                self._gaps.expected[p] = offset
+            else:
+                # Kafka resumes from the group's confirmed offset; nothing is known here yet.
+                offset = OFFSET_INVALID
+                self._next.pop(p, None)
+                self._gaps.expected.pop(p, None)
+            assignment.append(TopicPartition(self.topic, p, offset))
+        consumer.assign(assignment)
 
     def _position_assigned(self, consumer: Consumer, parts: list[int]) -> None:
         committed = {
@@ -281,6 +314,15 @@ class Subscriber(Closing):
 
     def _lose(self, parts: list[int], *, lost: bool) -> None:
         held = self._assigned & set(parts)
+        hook = self.config.on_revoke
+        if held and hook is not None and not lost:
+            # Kafka's onPartitionsRevoked: the partitions are still owned, so a confirm in the
+            # hook commits (synchronously) before the next owner reads them.
+            self._revoking = True
+            try:
+                self._call_hook(hook, "on_revoke", sorted(held))
+            finally:
+                self._revoking = False
         self._assigned -= set(parts)
         for p in parts:
             self._history.close(p)
@@ -289,11 +331,12 @@ class Subscriber(Closing):
         # lost session is reported here. A confirm without the lease is reported by confirm().
         if lost and held and not self._deactivated and not self._closed:
             self._report(
-                f"lease {'lost' if lost else 'revoked'} on {self.topic}{sorted(held)}",
+                f"lease lost on {self.topic}{sorted(held)}",
                 NotAssignedError("lease lost", stream=self.topic),
             )
-        if held:
-            self._call_hook(self.config.on_revoke, "on_revoke", sorted(held))
+        if held and hook is not None and lost:
+            # Kafka's onPartitionsLost: another member may own them already; nothing to commit.
+            self._call_hook(hook, "on_revoke", sorted(held))
 
     def _call_hook(
         self, hook: Callable[[list[int]], None] | None, name: str, parts: list[int]
@@ -329,27 +372,59 @@ class Subscriber(Closing):
                 return batch
 
     def _poll_until(self, deadline: float) -> RecordBatch:
-        """One slice of ``poll`` (the caller holds the lock)."""
+        """One slice of ``poll`` (the caller holds the lock).
+
+        Positions move only for records this call returns (and for undecodable records it
+        reports): a failure after some records were gathered returns them and raises on the
+        next poll; a failure before any raises at once. Nothing taken from Kafka is dropped.
+        """
         self._check_open()
         if self._deferred is not None:
-            error, self._deferred = self._deferred, None
+            (error, consumed), self._deferred = self._deferred, None
+            if consumed is not None:
+                self._last_read[consumed[0]] = consumed[1]
             raise error
         if self._durable is not None:
             self._durable.before_poll()
         limit = self.config.max_batch
-        out: list[Record] = []
-        stored = self._history.read(limit)
-        if stored:
-            # History goes through the queue like any message (decode errors, push-back),
-            # ahead of Kafka: its partitions stay paused until the history ends.
-            self._pending.extendleft(reversed(stored))
-            if not self._deactivated:
-                # Call the consumer on every poll: that call is what keeps the lease.
-                msg = self._consumer.poll(0)
-                if msg is not None:
-                    self._pending.append(msg)
+        # History joins the queue behind what is already queued, so each partition stays in
+        # offset order; its Kafka partitions stay paused until the history ends.
+        room = limit - len(self._pending)
+        stored = self._history.read(room) if room > 0 else []
+        self._pending.extend(stored)
+        if self._pending and not self._deactivated:
+            # Call the consumer on every poll: that call is what keeps the lease.
+            msg = self._consumer.poll(0)
+            if msg is not None:
+                self._pending.append(msg)
         self._report_history_gaps()
         self._resume_finished_history()
+        out: list[Record] = []
+        read: dict[int, int] = {}  # last offset read per partition by this call
+        self._consumed = None
+        try:
+            self._gather(out, read, limit, deadline)
+        except Exception as exc:
+            self._last_read.update(read)
+            consumed, self._consumed = self._consumed, None
+            if out:
+                # Deliver what was gathered; the error (and the consumed record's position)
+                # come with the next poll.
+                self._deferred = (exc, consumed)
+                return RecordBatch(out)
+            if consumed is not None:
+                self._last_read[consumed[0]] = consumed[1]
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, SystemExit): hand nothing out, move nothing.
+            self._requeue(out)
+            raise
+        else:
+            self._last_read.update(read)
+        return RecordBatch(out)
+
+    def _gather(self, out: list[Record], read: dict[int, int], limit: int, deadline: float) -> None:
+        """Fill ``out`` from the queue and Kafka; an item whose handling fails is queued again."""
         while len(out) < limit:
             if self._pending:
                 item = self._pending.popleft()
@@ -360,30 +435,37 @@ class Subscriber(Closing):
                     self._consumer.poll(0)
                     time.sleep(min(wait, 0.05))
                     if time.monotonic() >= deadline:
-                        break
+                        return
                     continue
                 msgs = self._consumer.consume(1, wait) if not out else []
                 if msgs and len(out) + 1 < limit:
                     msgs += self._consumer.consume(limit - len(out) - 1, 0)
                 if not msgs:
                     if out or time.monotonic() >= deadline:
-                        break
+                        return
                     continue
-                self._take(msgs, out)
+                self._take(msgs, out, read)
                 continue
             try:
-                record = self._accept(item)
-            except SerializationError as exc:
-                if not out:
-                    raise
-                # Deliver what decoded first; the error surfaces on the next poll.
-                self._deferred = exc
-                break
+                record = self._accept(item, read)
+            except BaseException:
+                self._pending.appendleft(item)  # not lost: the next poll tries it again
+                raise
+            if isinstance(record, SerializationError):
+                # Counted as read: once raised, confirming moves past it.
+                self._consumed = _place_of(item)
+                raise record
             if record is not None:
                 out.append(record)
-        return RecordBatch(out)
 
-    def _take(self, msgs: list[Message], out: list[Record]) -> None:
+    def _requeue(self, out: list[Record]) -> None:
+        """Put records gathered by an interrupted call back in front, positions with them."""
+        self._pending.extendleft(reversed(out))
+        for record in reversed(out):
+            if record.partition is not None and record.offset is not None:
+                self._next[record.partition] = record.offset
+
+    def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
         """Deliver plain messages straight into ``out``; anything else goes through ``_accept``.
 
         The common case (no serde, no durable replay, no error) skips the per-record checks;
@@ -392,7 +474,7 @@ class Subscriber(Closing):
         if self.config.serde is not None or self._durable is not None:
             self._pending.extend(msgs)
             return
-        last_read, next_offsets, fetched = self._last_read, self._next, self._gaps.expected
+        next_offsets, fetched = self._next, self._gaps.expected
         assigned, grouped, topic = self._assigned, self.grouped, self.topic
         for index, msg in enumerate(msgs):
             if msg.error() is not None:
@@ -406,11 +488,17 @@ class Subscriber(Closing):
             offset = record.offset
             if offset is None:
                 continue
-            if expected is not None and offset > expected and self._refetch_gap(msg):
-                self._pending.extend(m for m in msgs[index + 1 :] if m.partition() != partition)
-                return
+            if expected is not None and offset > expected:
+                try:
+                    refetch = self._refetch_gap(msg)
+                except BaseException:
+                    self._pending.extend(msgs[index:])
+                    raise
+                if refetch:
+                    self._pending.extend(m for m in msgs[index + 1 :] if m.partition() != partition)
+                    return
             out.append(record)
-            last_read[partition] = offset
+            read[partition] = offset
             next_offsets[partition] = fetched[partition] = offset + 1
 
     def _refetch_gap(self, msg: Message) -> bool:
@@ -421,8 +509,19 @@ class Subscriber(Closing):
         self._pending = deque(m for m in self._pending if _partition_of(m) != partition)
         return True
 
-    def _accept(self, item: Message | Record) -> Record | None:
-        """Turn a message into a delivered record, or handle its error and return ``None``."""
+    def _accept(
+        self, item: Message | Record, read: dict[int, int]
+    ) -> Record | SerializationError | None:
+        """Turn a message into a record to deliver.
+
+        Returns:
+            The record; ``None`` when there is nothing to deliver (an error message handled,
+            a record held back or sent to the dead letter); or the ``SerializationError`` of
+            an undecodable record without a dead letter, which counts as read.
+
+        Raises:
+            Exception: Handling failed; the item was not consumed and positions did not move.
+        """
         if isinstance(item, Record):
             record = item
         else:
@@ -440,33 +539,40 @@ class Subscriber(Closing):
         if self._durable is not None and not self._durable.admit(record):
             return None  # a live record held back until the durable replay is over
         if failure is not None and self.config.dead_letter is not None:
-            try:
-                self._send_dead_letter(record, failure)
-            except Exception:
-                self._pending.appendleft(record)  # not lost: the next poll tries again
-                raise
+            self._send_dead_letter(record, failure)
         if record.offset is not None:
-            self._last_read[partition] = record.offset
+            if failure is None or self.config.dead_letter is not None:
+                read[partition] = record.offset
             self._next[partition] = record.offset + 1
         if failure is not None:
-            # The record counts as read either way, so confirming moves past it.
-            if self.config.dead_letter is None:
-                raise failure
-            return None
+            return failure if self.config.dead_letter is None else None
         return record
 
     def _decode(self, record: Record) -> SerializationError | None:
-        """Decode ``record.value``; return a permanent failure, raise a retriable one."""
+        """Decode ``record.value``; return a permanent failure, raise a retriable one.
+
+        A serde's own exception (not a ``SerializationError``) is a permanent failure too,
+        wrapped with the record's place and the original as its cause.
+        """
+        serde = self.config.serde
         try:
-            record.value = self.config.serde.decode(
+            record.value = serde.decode(
                 record.data, stream=self.topic, partition=record.partition, offset=record.offset
             )
         except SerializationError as exc:
             if exc.retriable:
-                # The registry is unreachable: keep the record for the next poll.
-                self._pending.appendleft(record)
-                raise
+                raise  # the registry is unreachable: the record is tried again next poll
             return exc
+        except Exception as exc:
+            error = SerializationError(
+                f"{type(serde).__name__} could not decode {self.topic}[{record.partition}] "
+                f"offset {record.offset}: {type(exc).__name__}: {exc}",
+                stream=self.topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
+            error.__cause__ = exc
+            return error
         return None
 
     def _send_dead_letter(self, record: Record, exc: SerializationError) -> None:
@@ -574,45 +680,58 @@ class Subscriber(Closing):
     def confirm(self, offset: int | None = None, partition: int | None = None) -> None:
         """Confirm records up to ``offset`` (Meteor's meaning: the last record finished with).
 
-        Without arguments, confirms the last record read on every partition; with nothing read
-        it does nothing. Commits are asynchronous; failures go to the error handler, as does a
-        confirm after the lease was lost (which changes nothing).
+        Without arguments, confirms the last record returned by ``poll`` on every partition;
+        with nothing read it does nothing. Commits are asynchronous; failures go to the error
+        handler, as does a confirm after the lease was lost (which changes nothing). Inside
+        ``on_revoke`` the partitions are still owned and the commit is synchronous.
+
+        It does not wait for a ``poll`` running in another thread, so a worker thread can
+        confirm while a hook on the polling thread waits for it.
 
         Raises:
-            IllegalSubscriberStateError: The subscriber is ungrouped.
+            IllegalSubscriberStateError: The subscriber is ungrouped, or closed.
             ValueError: ``offset`` is negative or beyond the last record read.
         """
         if not self.grouped:
             raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
-        with self._lock:
-            if offset is None:
-                targets = dict(self._last_read)
-            else:
-                _check_offset("offset", offset)
-                p = self._partition_arg(partition)
-                last = self._last_read.get(p)
-                if last is None or offset > last:
-                    raise ValueError(
-                        f"offset {offset} of {self.topic}[{p}] was never read (last read: {last})"
-                    )
-                targets = {p: offset}
-            if not targets or self._deactivated:
-                return
-            not_held = sorted(set(targets) - self._assigned)
-            if not_held:
-                self._report(
-                    f"confirm without the lease on {self.topic}{not_held}: nothing changed",
-                    NotAssignedError(
-                        "confirm without the lease", stream=self.topic, partition=not_held[0]
-                    ),
+        if offset is None:
+            targets = dict(self._last_read)
+        else:
+            _check_offset("offset", offset)
+            p = self._partition_arg(partition)
+            last = self._last_read.get(p)
+            if last is None or offset > last:
+                raise ValueError(
+                    f"offset {offset} of {self.topic}[{p}] was never read (last read: {last})"
                 )
-            commits = [
-                TopicPartition(self.topic, p, o + 1)
-                for p, o in targets.items()
-                if p in self._assigned
-            ]
-            if commits:
+            targets = {p: offset}
+        if not targets or self._deactivated:
+            return
+        assigned = set(self._assigned)
+        not_held = sorted(set(targets) - assigned)
+        if not_held:
+            self._report(
+                f"confirm without the lease on {self.topic}{not_held}: nothing changed",
+                NotAssignedError(
+                    "confirm without the lease", stream=self.topic, partition=not_held[0]
+                ),
+            )
+        positions = {p: o + 1 for p, o in targets.items() if p in assigned}
+        if not positions:
+            return
+        commits = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
+        with self._commit_lock:
+            if self._consumer_closed:
+                raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
+            if self._durable is not None:
+                self._durable.confirmed(positions)
+            if not self._revoking:
                 self._consumer.commit(offsets=commits, asynchronous=True)
+                return
+            try:
+                self._consumer.commit(offsets=commits, asynchronous=False)
+            except KafkaException as exc:
+                self._report(f"confirm failed on {self.topic} while revoking", exc)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None:
@@ -651,9 +770,9 @@ class Subscriber(Closing):
             self._check_open()
             if self._deactivated:
                 return
+            self._lose(sorted(self._assigned), lost=False)  # on_revoke while still owned
             self._deactivated = True
             self._consumer.unsubscribe()
-            self._lose(sorted(self._assigned), lost=False)
             self._pending.clear()
 
     def reactivate(self) -> None:
@@ -686,14 +805,19 @@ class Subscriber(Closing):
         return self._receiver
 
     def _report(self, summary: str, error: BaseException | None) -> None:
+        """Tell the error handler (or the log); while the lock is held, once it is let go."""
         handler = self.config.error_handler
         if handler is None:
             log.warning("%s: %s", summary, error if error is not None else "")
             return
-        try:
-            handler(summary, error)
-        except Exception:
-            log.exception("error handler raised")
+
+        def call() -> None:
+            try:
+                handler(summary, error)
+            except Exception:
+                log.exception("error handler raised")
+
+        self._lock.call(call)
 
     def _partition_arg(self, partition: int | None) -> int:
         if partition is None:
@@ -730,9 +854,18 @@ class Subscriber(Closing):
         """Stop the receiver, leave the group and release the consumer.
 
         Args:
-            keep_alive: Durable clients only: keep the queue (commit what was delivered) for
-                a later reconnect; ``False`` unregisters the client and drops its position.
+            keep_alive: Durable clients only: keep the queue for a later reconnect, committing
+                what the application had finished (what it had before its last poll, or
+                confirmed); ``False`` unregisters the client and drops its position.
         """
+        self._close(keep_alive, failed=False)
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Leaving by an exception: the batch in hand was not finished, so a durable client
+        # commits nothing new (its last batch is delivered again on reconnect).
+        self._close(True, failed=bool(exc_info) and exc_info[0] is not None)
+
+    def _close(self, keep_alive: bool, *, failed: bool) -> None:
         receiver = self._receiver
         if receiver is not None:
             receiver.close()
@@ -742,11 +875,13 @@ class Subscriber(Closing):
             self._closed = True
             try:
                 if self._durable is not None:
-                    self._durable.before_close(keep_alive)
+                    self._durable.before_close(keep_alive, failed=failed)
             finally:
                 try:
-                    self._consumer.close()
+                    self._consumer.close()  # on_revoke runs here, partitions still owned
                 finally:
+                    with self._commit_lock:
+                        self._consumer_closed = True
                     if self._durable is not None:
                         self._durable.after_close(keep_alive)
                     if self._dead_letter is not None:
@@ -755,6 +890,15 @@ class Subscriber(Closing):
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
         return f"Subscriber(stream={self.topic!r}, {kind})"
+
+
+def _place_of(item: Message | Record) -> tuple[int, int] | None:
+    """``(partition, offset)`` of a record or message, when it has both."""
+    if isinstance(item, Record):
+        partition, offset = item.partition, item.offset
+    else:
+        partition, offset = item.partition(), item.offset()
+    return (partition, offset) if partition is not None and offset is not None else None
 
 
 def _partition_of(item: Message | Record) -> int | None:

@@ -1,0 +1,64 @@
+"""``HookLock``: a re-entrant lock that runs user callbacks only after it is let go.
+
+A subscriber holds its lock while it talks to the consumer; user code (error handlers,
+``on_assign``, ``on_live``) called there could wait for another thread that needs the same
+lock, and deadlock. Callbacks raised while the lock is held are queued instead and run, in
+order, by the thread that releases it last, before its public call returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+__all__ = ["HookLock"]
+
+log = logging.getLogger(__name__)
+
+
+class HookLock:
+    """A re-entrant lock with a queue of callbacks run after the outermost release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+        self._queued: list[Callable[[], None]] = []
+
+    def __enter__(self) -> HookLock:
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._depth -= 1
+        if self._depth:
+            self._lock.release()
+            return
+        self._owner = None
+        queued, self._queued = self._queued, []
+        self._lock.release()
+        for call in queued:
+            try:
+                call()
+            except Exception:
+                log.exception("callback raised")
+
+    def held(self) -> bool:
+        """True when the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
+
+    def call(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` now, or after the outermost release when this thread holds the lock."""
+        if self.held():
+            self._queued.append(callback)
+        else:
+            callback()
