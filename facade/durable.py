@@ -189,6 +189,7 @@ class DurableSession:
         self._replayed_in_poll = 0
         self._handled: dict[int, int] = {}  # positions the application had at the last poll
         self._confirmed: dict[int, int] = {}  # positions the application confirmed
+        self._started: dict[int, int] = {}  # where delivery began on each assigned partition
         self._claim_lost = False
         self._connected = False
         self._stop = threading.Event()
@@ -269,6 +270,7 @@ class DurableSession:
         self._held = [r for r in self._held if r.partition not in parts]
         self._paused -= set(parts)  # a new assignment starts unpaused
         for p in parts:
+            self._started[p] = sub._next.get(p, -1)
             if sub._next.get(p, -1) >= self.marker.get(p, 0):
                 self._reached.add(p)
             else:
@@ -337,7 +339,10 @@ class DurableSession:
         if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
             self._heartbeat.join(5)
         if keep_alive and not self._claim_lost:
-            positions = dict(self._handled)
+            # Where delivery began is finished trivially: committing it keeps the queue's
+            # place for a partition the application was handed nothing from.
+            positions = {p: o for p, o in self._started.items() if o >= 0}
+            positions.update(self._handled)
             if not failed:
                 for p, o in self._confirmed.items():
                     positions[p] = max(o, positions.get(p, o))
