@@ -25,7 +25,10 @@ _STOP_CHECK_MS = 100
 
 
 class Receiver:
-    """Polls ``subscriber`` every ``poll_timeout_ms`` and calls ``handler(record)`` per record.
+    """Polls ``subscriber`` and calls ``handler(record)`` per record.
+
+    Each poll waits up to ``poll_timeout_ms`` for records, and at most 100 ms, so that a stop
+    is seen promptly.
 
     An exception in the handler is logged (and reported to the subscriber's error handler); the
     thread carries on with the next record. Closing the subscriber stops the receiver: it waits
