@@ -27,6 +27,9 @@ PublishCallback = Callable[[int | None, BaseException | None], None]
 #: librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose from the key.
 _PARTITION_UNASSIGNED = -1
 
+#: Delivery errors of records that ``close`` purged from the producer.
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
 
 class Publisher(Closing):
     """Publishes records to one stream; each publisher's order is kept across retries.
@@ -74,6 +77,12 @@ class Publisher(Closing):
         self._partition = 0 if self.partitions == 1 else _PARTITION_UNASSIGNED
         self._closed = threading.Event()
         self._closing = threading.Event()
+        # Records handed to the producer and not yet resolved: close fails any left over.
+        self._outstanding: set[_Delivery] = set()
+        # publish_async calls between their closing check and their produce: close waits for
+        # them, so each record is either refused or in the producer before close flushes.
+        self._entering = 0
+        self._entered = threading.Condition(threading.Lock())
         self._poller = threading.Thread(
             target=self._serve, name=f"bolide-pub-{self.stream.name}", daemon=True
         )
@@ -113,8 +122,19 @@ class Publisher(Closing):
             PublishError: The publisher is closed.
         """
         rec = record if type(record) is Record else self._to_record(record)
-        if self._closing.is_set():
-            raise PublishError("publisher is closed", record=rec, stream=self._topic)
+        with self._entered:
+            if self._closing.is_set():
+                raise PublishError("publisher is closed", record=rec, stream=self._topic)
+            self._entering += 1
+        try:
+            return self._produce(rec, callback)
+        finally:
+            with self._entered:
+                self._entering -= 1
+                if not self._entering:
+                    self._entered.notify_all()
+
+    def _produce(self, rec: Record, callback: PublishCallback | None) -> Future[int]:
         future: Future[int] = DeliveryFuture()  # already running: it cannot be cancelled
         rec.stream = self._topic
         key = rec.key
@@ -131,6 +151,8 @@ class Publisher(Closing):
             # One group header, even for a record that was read and is published again.
             headers = [h for h in rec.headers if h[0] != GROUP_HEADER]
             headers.append((GROUP_HEADER, rec.group.encode()))
+        # Tracked before produce: its report may be served on the poller thread at once.
+        self._outstanding.add(delivery)
         while True:
             try:
                 self._producer.produce(
@@ -141,18 +163,29 @@ class Publisher(Closing):
                     on_delivery=delivery,
                     headers=headers,
                 )
-                break
+                return future
             except BufferError:
-                self._producer.poll(0.01)  # back-pressure: the local queue is full
+                # Back-pressure: the local queue is full. Close ends the wait: the record was
+                # never accepted, so it is refused like any record offered after close.
+                if self._closing.is_set():
+                    self._outstanding.discard(delivery)
+                    raise PublishError(
+                        "publisher is closed (it closed while the record waited for room "
+                        "in the local queue)",
+                        record=rec,
+                        stream=self._topic,
+                    ) from None
+                self._producer.poll(0.01)
             except KafkaException as exc:
-                self._fail(rec, future, callback, exc.args[0])
-                break
-        return future
+                delivery(exc.args[0], None)
+                return future
 
     def _fail(
         self, rec: Record, future: Future[int], callback: PublishCallback | None, err: Any
     ) -> None:
         reason = err.str() if isinstance(err, KafkaError) else str(err)
+        if isinstance(err, KafkaError) and err.code() in _PURGED:
+            reason = f"the publisher closed before the broker acknowledged it ({reason})"
         retriable = err.retriable() if isinstance(err, KafkaError) else None
         error = PublishError(
             f"publish to {self.stream.name!r} failed: {reason}",
@@ -188,21 +221,45 @@ class Publisher(Closing):
         return int(self._producer.flush(timeout_s))
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush and stop; records still unacknowledged after ``timeout_s`` fail."""
-        if self._closing.is_set():
-            return
-        self._closing.set()  # refuse new records first, so the flush below covers them all
+        """Flush and stop; records still unacknowledged after ``timeout_s`` fail.
+
+        When ``close`` returns, every future it accepted is resolved and every callback has
+        been called once: a record the broker did not acknowledge within ``timeout_s`` is
+        purged from the producer and fails with ``PublishError``. A ``publish_async`` racing
+        ``close`` is either accepted before the flush or refused with ``PublishError``.
+        """
+        with self._entered:
+            if self._closing.is_set():
+                return
+            self._closing.set()  # refuse new records first, so the flush below covers them all
+            # Callers past the check are producing (or give up waiting for room): let them end.
+            while self._entering:
+                self._entered.wait()
         remaining = self._producer.flush(timeout_s)
         if remaining:
             log.warning(
-                "publisher for %r closed with %d records unacknowledged",
+                "publisher for %r closed with %d records unacknowledged; they fail",
                 self.stream.name,
                 remaining,
             )
+            # Their delivery reports come with _PURGE_QUEUE or _PURGE_INFLIGHT.
+            self._producer.purge(in_queue=True, in_flight=True, blocking=True)
         self._closed.set()
         self._poller.join()
-        # Serve callbacks that arrived after the poller's last poll.
+        # Serve callbacks that arrived after the poller's last poll (the purged ones too).
         self._producer.poll(0)
+        self._fail_outstanding()
+
+    def _fail_outstanding(self) -> None:
+        """Fail any record whose report never came, so that no future waits forever."""
+        while True:
+            try:
+                delivery = self._outstanding.pop()
+            except KeyError:
+                return
+            delivery.resolve(
+                KafkaError(KafkaError._PURGE_QUEUE, "no delivery report after close"), None
+            )
 
     def __repr__(self) -> str:
         return f"Publisher(stream={self.stream.name!r}, group={self.group!r})"
@@ -225,9 +282,17 @@ class _Delivery:
         self.future = future
         self.callback = callback
 
-    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+    def __call__(self, err: KafkaError | None, msg: Message | None) -> None:
+        try:
+            self.publisher._outstanding.remove(self)
+        except KeyError:
+            return  # already failed by close
+        self.resolve(err, msg)
+
+    def resolve(self, err: KafkaError | None, msg: Message | None) -> None:
+        """Resolve the future and call the callback (once: the caller owns the delivery)."""
         rec = self.record
-        if err is not None:
+        if err is not None or msg is None:
             self.publisher._fail(rec, self.future, self.callback, err)
             return
         # A delivered message always has them; the type stubs allow None.

@@ -19,12 +19,21 @@ log = logging.getLogger(__name__)
 
 RecordHandler = Callable[[Record], None]
 
+#: Longest single wait of the receiver's poll, whatever ``poll_timeout_ms`` says: a stop is
+#: seen within it, so closing never waits for a long poll.
+_STOP_CHECK_MS = 100
+
 
 class Receiver:
-    """Polls ``subscriber`` every ``poll_timeout_ms`` and calls ``handler(record)`` per record.
+    """Polls ``subscriber`` and calls ``handler(record)`` per record.
+
+    Each poll waits up to ``poll_timeout_ms`` for records, and at most 100 ms, so that a stop
+    is seen promptly.
 
     An exception in the handler is logged (and reported to the subscriber's error handler); the
-    thread carries on with the next record. Closing the subscriber stops the receiver.
+    thread carries on with the next record. Closing the subscriber stops the receiver: it waits
+    for the handler call in progress to return, so the handler never finds its consumer closed
+    under it, and no record is polled or handled after that call.
     """
 
     def __init__(
@@ -56,13 +65,13 @@ class Receiver:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                batch = self._subscriber.poll(self._poll_timeout_ms)
+                batch = self._subscriber.poll(min(self._poll_timeout_ms, _STOP_CHECK_MS))
             except DurableClientBusyError as exc:
                 self._subscriber._report("receiver stopped: the durable id is taken", exc)
                 return
             except Exception as exc:
-                if self._stop.is_set():
-                    return
+                if self._stop.is_set() or self._subscriber.closed:
+                    return  # closed under the poll: nothing more to read
                 self._subscriber._report("receiver poll failed", exc)
                 # Back off, also with poll_timeout_ms=0: a lasting failure must not spin.
                 self._stop.wait(max(self._poll_timeout_ms / 1000, 0.1))
@@ -76,8 +85,17 @@ class Receiver:
                     log.exception("receiver handler raised on %r", record)
                     self._subscriber._report(f"receiver handler raised on {record!r}", exc)
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread and wait for it (not from inside the handler)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop the thread and wait until it has ended.
+
+        The thread ends once the current poll (at most 100 ms) or the current handler call
+        returns; no record is handled after that. Called from inside the handler, ``close``
+        does not wait: the thread ends when the handler returns.
+
+        Args:
+            timeout_s: Longest wait; ``None`` (the default, and what ``Subscriber.close`` uses)
+                waits for the handler however long it runs.
+        """
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)

@@ -800,9 +800,10 @@ class Subscriber(Closing):
                 raise ReceiverAlreadyAttachedError(
                     "a receiver is already attached", stream=self.topic
                 )
-            self._receiver = Receiver(self, handler, poll_timeout_ms)
-        self._receiver.start()
-        return self._receiver
+            # Started under the lock: a second caller finds it running.
+            receiver = self._receiver = Receiver(self, handler, poll_timeout_ms)
+            receiver.start()
+        return receiver
 
     def _report(self, summary: str, error: BaseException | None) -> None:
         """Tell the error handler (or the log); while the lock is held, once it is let go."""

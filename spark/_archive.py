@@ -120,29 +120,24 @@ def has_jdbc_driver(spark: SparkSession, driver: str) -> bool:
     return True
 
 
-def _streams_sql(streams: Sequence[str] | None) -> str:
-    if streams is None:
-        return ""
-    quoted = ", ".join("'" + s.replace("'", "''") + "'" for s in streams)
-    return f" WHERE stream IN ({quoted})"
-
-
 def _via_jdbc(spark: SparkSession, url: str, streams: Sequence[str] | None) -> DataFrame:
     from pyspark.sql import functions as F
 
     options = jdbc_options(url)
-    where = _streams_sql(streams)
-    records = (
-        spark.read.format("jdbc")
-        .options(**options)
-        .option("query", f"SELECT * FROM bolide_records{where}")  # noqa: S608 - quoted above
-        .load()
-    )
+
+    def table(name: str) -> DataFrame:
+        reader = spark.read.format("jdbc").options(**options).option("dbtable", name)
+        if streams is None:
+            return reader.load()
+        # Stream names are data: a DataFrame filter, evaluated by Spark. JDBC cannot bind
+        # parameters, and a pushed-down filter is SQL text whose quoting depends on the
+        # server's settings (standard_conforming_strings), so none is pushed down.
+        df = reader.option("pushDownPredicate", "false").load()
+        return df.where(F.col("stream").isin(list(streams)))
+
+    records = table("bolide_records")
     headers = (
-        spark.read.format("jdbc")
-        .options(**options)
-        .option("query", f"SELECT * FROM bolide_record_headers{where}")  # noqa: S608
-        .load()
+        table("bolide_record_headers")
         .groupBy("stream", "kafka_partition", "kafka_offset")
         .agg(
             F.expr(

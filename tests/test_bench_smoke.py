@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_facade, run_all
+from benchmarks import bench_facade, bench_load, run_all
 from bolide.facade import Cluster
 from bolide.facade.cli import main as cli_main
 
@@ -56,6 +56,24 @@ def test_facade_benchmark_json_and_table(
     assert len(lines) == 2 + len(_EXPECTED)
     assert any(line.startswith("| publish ") and "100 B" in line for line in lines)
     assert any(line.startswith("| round trip p99 ") for line in lines)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_load_benchmark_reports_latency_percentiles(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    tiny = ["--seconds", "1", "--rate", "100", "--publishers", "1", "--subscribers", "1"]
+    argv = ["--bootstrap", cluster.bootstrap_servers, "--json", *tiny, "--warmup-s", "0"]
+    assert bench_load.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["benchmark"] == "load" and doc["records"] >= 1
+    for span in ("whole_ms", "after_warmup_ms"):
+        assert set(doc[span]) == {"min", "p50", "p95", "p99", "max"}
+        assert all(math.isfinite(v) and v > 0 for v in doc[span].values()), doc[span]
+    assert "load" in run_all.available() and "load" in run_all.KNOWN
 
 
 def test_runner_notes_missing_benchmarks_and_rejects_unknown_names(

@@ -91,12 +91,14 @@ def test_an_undecodable_record_costs_a_receiver_only_itself(cluster, stream_fact
     assert values == [f"v{i}" for i in range(20) if i != 7]
 
 
-def _refused_quickly(make: object) -> BaseException:
-    """Run ``make()``; it must raise TypeError or ValueError at once, without a connection."""
-    started = time.monotonic()
+def _refused(make: object) -> BaseException:
+    """Run ``make()``; it must raise TypeError or ValueError.
+
+    The clusters here have no broker: anything that connected before checking its arguments
+    would fail with a ``BrokerError`` (or a timeout) instead, whatever the machine's speed.
+    """
     with pytest.raises((TypeError, ValueError)) as caught:
         make()  # type: ignore[operator]
-    assert time.monotonic() - started < 1.0, "the refusal waited for the network"
     return caught.value
 
 
@@ -113,12 +115,12 @@ def test_bad_configs_are_refused_before_anything_connects():
         lambda: StreamConfig(name="bad name"),
     ]
     for make in bad:
-        _refused_quickly(make)
+        _refused(make)
 
 
-def test_an_unknown_librdkafka_setting_is_refused_before_connecting(cluster, stream_factory):
+def test_an_unknown_librdkafka_setting_is_refused_before_connecting(stream_factory):
     config = PublisherConfig(stream=stream_factory(), producer_config={"no.such.key": 1})
-    error = _refused_quickly(lambda: Publisher(cluster, config))
+    error = _refused(lambda: Publisher(NOWHERE, config))
     assert "no.such.key" in str(error)
 
 

@@ -3,9 +3,11 @@
 Loopback only, bounded in time (``BOLIDE_SOAK_SECONDS``, 15 s by default) and in rate
 (``BOLIDE_SOAK_RATE`` records per second in total, 2,000 by default). Checks: every record
 read (none lost; on the embedded broker, records its fetch skipped must still be in the log),
-each message group's order kept, p99 publish-to-read latency under a loose bound, no partition
-changing owner, nothing reported to the error handler, and resident memory growth during the
-soak under ``RSS_BOUND_MB``.
+each message group's order kept, no partition changing owner, nothing reported to the error
+handler, and resident memory growth during the soak under ``RSS_BOUND_MB``.
+
+Latency depends on how busy the machine is, so it is recorded in the figures, never asserted
+here; ``benchmarks/bench_load.py`` measures it with the same shape of load.
 """
 
 from __future__ import annotations
@@ -37,10 +39,6 @@ PUBLISHERS = SUBSCRIBERS = 8
 KEYS = 16  # message groups per publisher; order holds per group
 RATE = float(os.environ.get("BOLIDE_SOAK_RATE") or 2_000)
 RSS_BOUND_MB = 64
-#: The embedded broker's fetch slows down sharply once a partition holds some 30,000 batches
-#: (docs/reliability.md): there the latency bound is checked below this many per partition.
-EMBEDDED_LATENCY_LIMIT = 10_000
-P99_BOUND_S = 2.0
 _PAYLOAD = struct.Struct("!IIq")  # publisher, sequence number, perf_counter_ns at publish
 
 
@@ -220,6 +218,4 @@ def test_soak_8_publishers_8_subscribers(cluster, stream_factory, group_name, em
     )  # fmt: skip
     assert sorted(owners) == [0, 1, 2, 3], "each partition read by one member, four idle"
     assert sum(m.order_breaks for m in members) == 0, "per-publisher order broken"
-    if not embedded_broker or max(ends.values()) <= EMBEDDED_LATENCY_LIMIT:
-        assert p99_steady < P99_BOUND_S, f"p99 latency after the warm-up {p99_steady:.3f}s"
     assert rss_end - rss_start < RSS_BOUND_MB, f"RSS grew {rss_end - rss_start:.1f} MiB"
