@@ -25,7 +25,7 @@ from bolide.facade._kafka import (
     log_ends,
     log_starts,
 )
-from bolide.facade.config import Cluster, HistoryStore, StreamConfig
+from bolide.facade.config import Cluster, ErrorHandler, HistoryStore, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.record import Record, record_from_message
 from bolide.stores._capacity import require_delete_records, trim
@@ -59,6 +59,8 @@ class ArchiverStats:
         lag: Records behind the end of the streams (an estimate while following).
         caught_up: The run reached the end it was asked to reach.
         retries: Database writes that failed and were retried.
+        typed_rejected: Records left out of their typed table because the database refused
+            their row (or the table's change); the raw archive keeps them.
         positions: Next offset to archive, per ``(stream, partition)``.
     """
 
@@ -70,6 +72,7 @@ class ArchiverStats:
     lag: int | None = None
     caught_up: bool = False
     retries: int = 0
+    typed_rejected: int = 0
     positions: dict[_TP, int] = field(default_factory=dict)
 
 
@@ -91,6 +94,9 @@ class Archiver:
         max_backoff_s: Longest wait between retries of a failed database write.
         serdes: Serdes by stream name (``AvroSerde``): those streams also fill their typed
             table (``bolide.stores.typed_archive``) in the same transaction. Needs a SqlStore.
+        error_handler: ``fn(summary, error)`` for failures the archiver goes on after (typed
+            rows the database refuses) and for the one that stops a ``start()``-ed archiver;
+            logs if unset.
 
     A stream with ``capacity=N`` is trimmed in Kafka to about N records per partition once
     they are archived, with DeleteRecords.
@@ -113,6 +119,7 @@ class Archiver:
         progress_interval_s: float = 1.0,
         max_backoff_s: float = 5.0,
         serdes: Mapping[str, Any] | None = None,
+        error_handler: ErrorHandler | None = None,
     ) -> None:
         if not isinstance(cluster, Cluster):
             raise TypeError("cluster must be a Cluster")
@@ -131,6 +138,8 @@ class Archiver:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if progress is not None and not callable(progress):
             raise TypeError("progress must be callable")
+        if error_handler is not None and not callable(error_handler):
+            raise TypeError("error_handler must be callable")
         self.serdes = dict(serdes or {})
         unknown = set(self.serdes) - {s.name for s in streams}
         if unknown:
@@ -143,6 +152,7 @@ class Archiver:
         self.group = group
         self.batch_size = batch_size
         self.progress = progress
+        self.error_handler = error_handler
         self.progress_interval_s = progress_interval_s
         self.max_backoff_s = max_backoff_s
         self._consumer_config = dict(consumer_config or {})
@@ -176,9 +186,11 @@ class Archiver:
     def _serve(self) -> None:
         try:
             self.run(until_caught_up=False)
-        except BaseException as exc:  # reported by stop()
+        except BaseException as exc:  # re-raised by stop()
             log.exception("archiver stopped by an error")
             self._error = exc
+            if self.error_handler is not None:
+                self._report_error("the archiver stopped", exc)
 
     def stop(self, timeout_s: float = 30.0) -> ArchiverStats:
         """Stop after the batch in hand; re-raise what stopped the thread, if anything."""
@@ -330,9 +342,13 @@ class Archiver:
         """Write with retries and backoff; Kafka offsets wait until this returns."""
         delay = 0.1
         while True:
+            rejected: list[tuple[list[Record], StoreError]] = []
             try:
                 if isinstance(self.store, SqlStore):
-                    return self.store.store_batches(records, also=self._typed(records))
+                    also = self._typed(records, rejected)
+                    inserted = self.store.store_batches(records, also=also)
+                    self._rejected(rejected)  # committed: count and report them once
+                    return inserted
                 return sum(self.store.store_all(s, recs) for s, recs in records.items())
             except StoreError as exc:
                 if not exc.retriable or self._stop.is_set():
@@ -343,17 +359,39 @@ class Archiver:
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
 
-    def _typed(self, records: dict[str, list[Record]]) -> Callable[[Any], None] | None:
-        """Write the typed tables of streams with a serde, in the store's transaction."""
+    def _typed(
+        self, records: dict[str, list[Record]], rejected: list[tuple[list[Record], StoreError]]
+    ) -> Callable[[Any], None] | None:
+        """Write the typed tables of streams with a serde, in the store's transaction; the
+        records whose typed rows the database refuses go to ``rejected``."""
         typed = {s: recs for s, recs in records.items() if s in self.serdes and recs}
         if not typed:
             return None
 
+        def reject(recs: list[Record], error: StoreError) -> None:
+            rejected.append((recs, error))
+
         def write(conn: Any) -> None:
             for stream, recs in typed.items():
-                write_typed(conn, stream, recs, self.serdes[stream])
+                write_typed(conn, stream, recs, self.serdes[stream], on_reject=reject)
 
         return write
+
+    def _rejected(self, rejected: list[tuple[list[Record], StoreError]]) -> None:
+        """Count and report typed rows the database refused, once their batch is committed."""
+        for recs, error in rejected:
+            self.stats = replace(self.stats, typed_rejected=self.stats.typed_rejected + len(recs))
+            self._report_error(str(error), error)
+
+    def _report_error(self, summary: str, error: BaseException | None) -> None:
+        handler = self.error_handler
+        if handler is None:
+            log.warning("%s", summary)
+            return
+        try:
+            handler(summary, error)
+        except Exception:
+            log.exception("archiver error handler raised")
 
     def _past_markers(self, consumer: Consumer, positions: dict[_TP, int]) -> dict[_TP, int]:
         """Commit read positions that moved past offsets holding no record.

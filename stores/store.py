@@ -8,6 +8,8 @@ PostgreSQL the production database. The schema comes only from Alembic migration
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -35,6 +37,9 @@ _DIALECTS = ("sqlite", "postgresql")
 #: An insert row and the record's headers.
 _Row = tuple[dict[str, Any], list[tuple[str, bytes]]]
 _MAX_STREAM = 255
+#: Marks a header name stored escaped (see ``_stored_name``): U+2400, SYMBOL FOR NULL.
+ESCAPED_NAME_MARK = "\u2400"
+_ESCAPES = re.compile("%(00|25)")
 
 
 class SqlStore(Closing):
@@ -198,7 +203,7 @@ class SqlStore(Closing):
     def _insert(self, conn: Connection, stream: str, rows: list[_Row]) -> int:
         """Insert rows, skipping stored ones; return how many are new (exactly)."""
         headers = [
-            (row["kafka_partition"], row["kafka_offset"], i, name, value)
+            (row["kafka_partition"], row["kafka_offset"], i, _stored_name(name), value)
             for row, pairs in rows
             for i, (name, value) in enumerate(pairs)
         ]
@@ -262,7 +267,7 @@ class SqlStore(Closing):
                     .order_by(h.kafka_offset, h.header_index)
                 )
                 for off, name, value in header_rows.all():
-                    headers.setdefault(off, []).append((name, bytes(value)))
+                    headers.setdefault(off, []).append((_header_name(name), bytes(value)))
             return [
                 _record(stream, partition, off, ts, key, payload, headers.get(off, []))
                 for off, ts, key, payload in rows
@@ -321,16 +326,11 @@ class SqlStore(Closing):
         try:
             return fn()
         except exc.SQLAlchemyError as error:
-            detail = error.orig if isinstance(error, exc.DBAPIError) else error
-            text = self.scrub(str(detail).strip().splitlines()[0] if str(detail) else repr(detail))
-            retriable = isinstance(error, exc.OperationalError | exc.TimeoutError) or (
-                isinstance(error, exc.DBAPIError) and error.connection_invalidated
-            )
             raise StoreError(
-                f"{what} on {self.url} failed: {type(detail).__name__}: {text[:500]}",
+                f"{what} on {self.url} failed: {self.scrub(_describe(error))}",
                 stream=stream,
                 partition=partition,
-                retriable=retriable,
+                retriable=_retriable(error),
             ) from None
 
     def close(self) -> None:
@@ -339,6 +339,52 @@ class SqlStore(Closing):
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _describe(error: exc.SQLAlchemyError) -> str:
+    """``Type: first line of the database's message`` (no SQL, no parameters)."""
+    detail = error.orig if isinstance(error, exc.DBAPIError) else error
+    text = str(detail).strip().splitlines()[0] if str(detail) else repr(detail)
+    return f"{type(detail).__name__}: {text[:500]}"
+
+
+def _retriable(error: exc.SQLAlchemyError) -> bool:
+    """True when the same write may succeed later: the database is away, busy or locked.
+
+    SQLite reports nearly every failure as ``OperationalError``, statements that can never
+    succeed included (a duplicate column, too many columns): those carry ``SQLITE_ERROR`` and
+    are final. So are PostgreSQL's program limits (SQLSTATE class 54, e.g. too many columns).
+    """
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, exc.TimeoutError):  # the pool had no connection to give
+        return True
+    if not isinstance(error, exc.OperationalError):
+        return False
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF != sqlite3.SQLITE_ERROR  # extended codes keep the primary low byte
+    state = getattr(error.orig, "sqlstate", None)
+    return not (isinstance(state, str) and state.startswith("54"))
+
+
+def _stored_name(name: str) -> str:
+    """A header name as ``bolide_record_headers.name`` holds it.
+
+    PostgreSQL text cannot hold U+0000, which Kafka header names may: a name holding it (or
+    starting with ``ESCAPED_NAME_MARK``) is stored as the mark followed by the name with ``%``
+    written ``%25`` and U+0000 written ``%00``. Every other name is stored as it is.
+    """
+    if "\x00" not in name and not name.startswith(ESCAPED_NAME_MARK):
+        return name
+    return ESCAPED_NAME_MARK + name.replace("%", "%25").replace("\x00", "%00")
+
+
+def _header_name(stored: str) -> str:
+    """The header name ``_stored_name`` stored as ``stored``."""
+    if not stored.startswith(ESCAPED_NAME_MARK):
+        return stored
+    return _ESCAPES.sub(lambda m: "\x00" if m[1] == "00" else "%", stored[1:])
 
 
 def _parse_url(url: str | URL) -> URL:

@@ -20,6 +20,14 @@ so unlike bolide's own tables it is created and evolved here, with runtime DDL, 
 Alembic migrations: a new field adds a nullable column; nothing is ever dropped or altered. A
 field whose SQL type changes (``int`` promoted to ``double``) gets a second column named
 ``<field>__<kind>`` so both the old and the new values stay. Writes are idempotent on the key.
+
+Column names are compared as the database compares them: SQLite ignores ASCII case, and
+PostgreSQL keeps 63 bytes of a name (longer names get a hash). A field whose name the database
+would confuse with another field's column gets ``<field>__<kind>`` (then ``..._2``...).
+
+A row the database refuses (PostgreSQL text cannot hold U+0000, which an Avro string can) is
+left out of the typed table, reported, and kept in the raw archive; so are the rows of a batch
+whose table cannot be created or widened (too many columns).
 """
 
 from __future__ import annotations
@@ -28,25 +36,34 @@ import base64
 import datetime
 import decimal
 import hashlib
+import itertools
 import json
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
+from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from bolide.facade.avro import split_header
 from bolide.facade.errors import SerializationError, StoreError
 from bolide.facade.record import Record
-from bolide.stores.store import _insert_ignoring_duplicates
+from bolide.stores.store import _describe, _insert_ignoring_duplicates, _retriable
 
-__all__ = ["TYPED_TABLE_PREFIX", "TypedSerde", "is_typed_table", "typed_table_name", "write_typed"]
+__all__ = [
+    "TYPED_TABLE_PREFIX",
+    "RejectHandler",
+    "TypedSerde",
+    "is_typed_table",
+    "typed_table_name",
+    "write_typed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +71,13 @@ log = logging.getLogger(__name__)
 TYPED_TABLE_PREFIX = "bolide_avro_"
 _KEYS = ("kafka_partition", "kafka_offset")
 _RESERVED = frozenset({*_KEYS, "timestamp_ms", "schema_id"})
-_MAX_IDENT = 63  # PostgreSQL's limit
+_MAX_IDENT = 63  # PostgreSQL's limit, in bytes
 _UNSAFE = re.compile(r"[^a-z0-9_]")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+#: ``fn(records, error)``: the database refused the typed rows of ``records`` (the raw archive
+#: keeps them); ``error`` is a non-retriable ``StoreError`` that says why.
+RejectHandler = Callable[[list[Record], StoreError], None]
 
 
 class TypedSerde(Protocol):
@@ -71,9 +93,23 @@ class TypedSerde(Protocol):
 
 
 def _ident(name: str) -> str:
-    if len(name) <= _MAX_IDENT:
+    """``name``, or when longer than PostgreSQL keeps, a prefix of it and a hash of it."""
+    raw = name.encode()
+    if len(raw) <= _MAX_IDENT:
         return name
-    return f"{name[: _MAX_IDENT - 9]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    head = raw[: _MAX_IDENT - 9].decode(errors="ignore")
+    return f"{head}_{hashlib.sha1(raw).hexdigest()[:8]}"
+
+
+def _folder(dialect: str) -> Callable[[str], str]:
+    """How the database tells column names apart.
+
+    SQLite ignores ASCII case. PostgreSQL compares exactly what SQLAlchemy sends: names with
+    upper case are quoted, lower-case ones fold to themselves (and ``_ident`` keeps them short).
+    """
+    if dialect == "sqlite":
+        return lambda name: name.translate(_ASCII_LOWER)
+    return lambda name: name
 
 
 def typed_table_name(stream: str) -> str:
@@ -314,46 +350,77 @@ def _plan_columns(
     conn: Connection, table: str, wanted: set[tuple[str, str]]
 ) -> tuple[dict[tuple[str, str], str], list[sa.Column[Any]], bool]:
     """The column of each wanted pair, the columns to add, and whether to create the table."""
+    fold = _folder(conn.dialect.name)
     inspector = sa.inspect(conn)
     create = not inspector.has_table(table)
     if create:
-        existing = dict(_KEY_COLUMNS)
+        found = dict(_KEY_COLUMNS)
     else:
-        existing = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
+        found = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
+    # As the database sees them: folded name -> (exact name, storage).
+    existing = {fold(name): (name, storage) for name, storage in found.items()}
+    owners: dict[str, str] = {}  # folded column -> the field of this batch that took it
     columns: dict[tuple[str, str], str] = {}
     added: list[sa.Column[Any]] = []
     # Sorted: the first kind of a name takes the plain column, in every process alike.
     for name, kind in sorted(wanted):
         storage = _storage(kind)
-        column = _ident(name if name not in _RESERVED else f"{name}__value")
-        if column in existing and existing[column] != storage:
-            column = _ident(f"{column}__{storage}")
-        if column not in existing:
-            existing[column] = storage
-            added.append(sa.Column(column, _SQL_TYPES[kind], nullable=True))
+        for column in _candidates(name if name not in _RESERVED else f"{name}__value", storage):
+            key = fold(column)
+            if owners.get(key, name) != name:
+                continue  # another field of this batch took it
+            held = existing.get(key)
+            if held is None:
+                existing[key] = (column, storage)
+                added.append(sa.Column(column, _SQL_TYPES[kind], nullable=True))
+                break
+            if held == (column, storage):  # exactly this name, and values of this kind
+                break
+        owners[key] = name
         columns[(name, kind)] = column
     return columns, added, create
 
 
+def _candidates(base: str, storage: str) -> Iterator[str]:
+    """Column names for a field, in order of preference."""
+    yield _ident(base)
+    yield _ident(f"{base}__{storage}")
+    for n in itertools.count(2):
+        yield _ident(f"{base}__{storage}_{n}")
+
+
 def write_typed(
-    connection: Connection, stream: str, records: Sequence[Record], serde: TypedSerde
+    connection: Connection,
+    stream: str,
+    records: Sequence[Record],
+    serde: TypedSerde,
+    *,
+    on_reject: RejectHandler | None = None,
 ) -> int:
     """Write the decoded fields of ``records`` into the stream's typed table.
 
     Meant to run inside the caller's transaction (the archiver's), beside the raw archive.
     Records whose payload does not decode are skipped with a warning: their raw bytes are
-    still in the raw archive.
+    still in the raw archive. So are rows the database refuses: each attempt runs in a
+    savepoint, so a refusal never aborts the caller's transaction.
 
     Args:
         connection: A connection in a transaction; DDL and rows commit or roll back with it.
         stream: The stream the records belong to.
         records: Records with ``partition`` and ``offset`` set.
         serde: The stream's serde (an ``AvroSerde``).
+        on_reject: Told of the records whose rows the database refused; a warning is logged
+            when unset.
 
     Returns:
         How many rows were inserted (rows already present are skipped).
+
+    Raises:
+        StoreError: Retriable: the schema registry is away (nothing is skipped).
+        sqlalchemy.exc.SQLAlchemyError: The database failed in a way worth retrying (the
+            database is away, busy or locked): retry the whole transaction.
     """
-    rows: dict[tuple[int, int], tuple[dict[str, Any], list[_Field]]] = {}
+    rows: dict[tuple[int, int], tuple[Record, dict[str, Any], list[_Field]]] = {}
     by_schema: dict[int, list[_Field]] = {}
     skipped = 0
     for rec in records:
@@ -367,13 +434,13 @@ def write_typed(
             fields = by_schema.get(schema_id)
             if fields is None:
                 fields = by_schema[schema_id] = _fields(serde.value_schema(schema_id))
-        except SerializationError as exc:
-            if exc.retriable:  # the schema registry is away: retry the batch, skip nothing
+        except SerializationError as failure:
+            if failure.retriable:  # the schema registry is away: retry the batch, skip nothing
                 raise StoreError(
-                    f"typed archive of {stream!r}: {exc}", stream=stream, retriable=True
-                ) from exc
+                    f"typed archive of {stream!r}: {failure}", stream=stream, retriable=True
+                ) from failure
             skipped += 1
-            log.debug("typed archive of %r skips a record: %s", stream, exc)
+            log.debug("typed archive of %r skips a record: %s", stream, failure)
             continue
         key_row = {
             "kafka_partition": rec.partition,
@@ -382,24 +449,101 @@ def write_typed(
             "schema_id": schema_id,
             "value": value,
         }
-        rows.setdefault((rec.partition, rec.offset), (key_row, fields))
+        rows.setdefault((rec.partition, rec.offset), (rec, key_row, fields))
     if skipped:
         log.warning("typed archive of %r skipped %d records that do not decode", stream, skipped)
     if not rows:
         return 0
+
+    def reject(recs: list[Record], error: StoreError) -> None:
+        if on_reject is None:
+            log.warning("%s", error)
+        else:
+            on_reject(recs, error)
+
     table_name = typed_table_name(stream)
-    pairs = {(f.name, f.kind) for _, fields in rows.values() for f in fields}
-    columns = _ensure_table(connection, table_name, pairs)
+    pairs = {(f.name, f.kind) for _, _, fields in rows.values() for f in fields}
+    _begin_sqlite(connection)
+    try:
+        with connection.begin_nested():
+            columns = _ensure_table(connection, table_name, pairs)
+    except exc.SQLAlchemyError as error:
+        if _retriable(error):
+            raise
+        recs = [rec for rec, _, _ in rows.values()]
+        reject(
+            recs,
+            StoreError(
+                f"typed archive of {stream!r}: the database cannot create or widen "
+                f"{table_name}, {len(recs)} records left out of it (the raw archive keeps "
+                f"them): {_describe(error)}",
+                stream=stream,
+                retriable=False,
+            ),
+        )
+        return 0
     types = {column: _SQL_TYPES[kind] for (_, kind), column in columns.items()}
-    params = []
-    for row, fields in rows.values():
+    items: list[tuple[Record, dict[str, Any]]] = []
+    for rec, row, fields in rows.values():
         value = row.pop("value")
         out = dict.fromkeys(types) | row
         for f in fields:
             out[columns[(f.name, f.kind)]] = _value(_pick(value, f.path), f.kind)
-        params.append(out)
+        items.append((rec, out))
     table = _key_table(table_name, *(sa.Column(c, t) for c, t in sorted(types.items())))
     insert = _insert_ignoring_duplicates(
         connection.dialect.name, table, [table.c.kafka_partition, table.c.kafka_offset]
     ).returning(table.c.kafka_offset)
-    return len(connection.execute(insert, params).all())
+
+    def refused(rec: Record, error: exc.SQLAlchemyError) -> None:
+        reject(
+            [rec],
+            StoreError(
+                f"typed archive of {stream!r}: the database refused the row at partition "
+                f"{rec.partition}, offset {rec.offset} (the raw archive keeps the record): "
+                f"{_describe(error)}",
+                stream=stream,
+                partition=rec.partition,
+                offset=rec.offset,
+                retriable=False,
+            ),
+        )
+
+    return _insert_isolating(connection, insert, items, refused)
+
+
+def _insert_isolating(
+    conn: Connection,
+    insert: Any,
+    items: list[tuple[Record, dict[str, Any]]],
+    refused: Callable[[Record, exc.SQLAlchemyError], None],
+) -> int:
+    """Insert the rows in a savepoint; when the database refuses them, halve the batch until
+    the refused rows stand alone, and leave them out. Return how many rows are new."""
+    try:
+        with conn.begin_nested():
+            return len(conn.execute(insert, [row for _, row in items]).all())
+    except exc.SQLAlchemyError as error:
+        if _retriable(error):
+            raise
+        if len(items) == 1:
+            refused(items[0][0], error)
+            return 0
+    half = len(items) // 2
+    return _insert_isolating(conn, insert, items[:half], refused) + _insert_isolating(
+        conn, insert, items[half:], refused
+    )
+
+
+def _begin_sqlite(conn: Connection) -> None:
+    """Open the SQLite transaction now, so that savepoints nest inside it.
+
+    The sqlite3 driver begins a transaction only before its first insert, update or delete;
+    a savepoint taken before then would itself be the outermost transaction, and releasing it
+    would commit.
+    """
+    if conn.dialect.name != "sqlite":
+        return
+    dbapi = conn.connection.dbapi_connection
+    if dbapi is not None and not getattr(dbapi, "in_transaction", True):
+        conn.exec_driver_sql("BEGIN")

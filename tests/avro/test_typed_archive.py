@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade.avro import AvroSerde
+from bolide.facade.errors import StoreError
 from bolide.facade.record import Record
 from bolide.facade.schema_registry import MemorySchemaRegistry
 from bolide.stores import SqlStore
@@ -251,3 +252,60 @@ def _lock_waits(engine: sa.Engine) -> int:
         return int(
             conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one()
         )
+
+
+def _schema(*fields: tuple[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": "R", "fields": [{"name": n, "type": t} for n, t in fields]}
+
+
+def test_names_the_database_confuses_keep_their_columns_across_writes(
+    sql_store: SqlStore,
+) -> None:
+    """Whichever field comes first keeps the plain column; later writes find theirs again."""
+    lower = AvroSerde(_schema(("name", "string")), registry=MemorySchemaRegistry())
+    both = AvroSerde(
+        _schema(("name", "string"), ("Name", "string")), registry=MemorySchemaRegistry()
+    )
+    write(sql_store, "c", [published(lower, "c", 0, {"name": "low0"})], lower)
+    write(sql_store, "c", [published(both, "c", 1, {"name": "low1", "Name": "UP1"})], both)
+    write(sql_store, "c", [published(lower, "c", 2, {"name": "low2"})], lower)
+    write(sql_store, "c", [published(both, "c", 3, {"name": "low3", "Name": "UP3"})], both)
+    cols = [
+        c for c in columns(sql_store, "bolide_avro_c") if c not in ("timestamp_ms", "schema_id")
+    ]
+    assert len(cols) == 4  # the keys, name, and one more for Name
+    [upper] = [c for c in cols if c.startswith("Name")]
+    got = rows(sql_store, f'SELECT kafka_offset, name, "{upper}" FROM bolide_avro_c ORDER BY 1')
+    assert got == [(0, "low0", None), (1, "low1", "UP1"), (2, "low2", None), (3, "low3", "UP3")]
+
+
+@pytest.mark.postgres
+def test_rows_the_database_refuses_are_left_out_and_reported(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    serde = AvroSerde(_schema(("s", "string")), registry=MemorySchemaRegistry())
+    bad = {2, 5, 6}
+    recs = [published(serde, "n", i, {"s": "x\x00" if i in bad else f"s{i}"}) for i in range(9)]
+    refused: list[tuple[list[Record], BaseException]] = []
+    with SqlStore(make_db_url("postgresql", tmp_path, request)) as store:
+        store.upgrade()
+        with store.engine.begin() as conn:
+            inserted = write_typed(
+                conn, "n", recs, serde, on_reject=lambda r, e: refused.append((r, e))
+            )
+            conn.execute(sa.text("SELECT 1"))  # the transaction is still usable
+        assert inserted == 6
+        assert rows(store, "SELECT kafka_offset FROM bolide_avro_n ORDER BY 1") == [
+            (i,) for i in range(9) if i not in bad
+        ]
+    assert sorted(r.offset for batch, _ in refused for r in batch) == sorted(bad)
+    assert all(isinstance(e, StoreError) and not e.retriable for _, e in refused)
+
+
+def test_a_rolled_back_transaction_leaves_no_typed_table(sql_store: SqlStore) -> None:
+    """Table changes and rows belong to the caller's transaction, on SQLite too."""
+    serde = AvroSerde(ORDER_V1, registry=MemorySchemaRegistry())
+    with sql_store.engine.connect() as conn, conn.begin() as transaction:
+        assert write_typed(conn, "rb", [published(serde, "rb", 0, order(0))], serde) == 1
+        transaction.rollback()
+    assert not sa.inspect(sql_store.engine).has_table("bolide_avro_rb")

@@ -128,3 +128,24 @@ def test_a_gap_between_history_and_kafka_is_reported(
         records = drain(sub, 10 + COUNT - START)
     assert [r.offset for r in records] == [*range(10), *range(START, COUNT)]
     assert len(errors) == 1 and "10 to 19" in errors[0][0]
+
+
+def test_history_keeps_header_names_with_nul(cluster, stream_factory, store, log_start_overrides):
+    """The splice returns archived header names exactly, U+0000 included."""
+    stream = stream_factory(store=store)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        offsets = [pub.publish(Record(b"r%d" % i)) for i in range(COUNT)]
+    archived = []
+    for i in range(START):
+        rec = Record(b"r%d" % i, headers=[("trace\x00id", b"%d" % i), ("n", b"x")])
+        rec.partition, rec.offset = 0, offsets[i]
+        archived.append(rec)
+    store.store_all(stream.name, archived)
+    log_start_overrides[stream.name] = {"0": START}
+    config = SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+    with Subscriber(cluster, config) as sub:
+        records = drain(sub, COUNT)
+    assert [r.offset for r in records] == list(range(COUNT))
+    assert [r.headers for r in records[:START]] == [
+        [("trace\x00id", b"%d" % i), ("n", b"x")] for i in range(START)
+    ]

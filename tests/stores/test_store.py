@@ -112,6 +112,21 @@ def test_hostile_stream_names_and_header_values_are_data(store: SqlStore) -> Non
     assert store.read(hostile, 0, 0, 10)[0].stream == hostile
 
 
+def test_header_names_with_nul_are_kept_exactly(store: SqlStore) -> None:
+    """Kafka header names may hold U+0000, which PostgreSQL text refuses: nothing is lost."""
+    names = ["a\x00b", "\x00", "plain", "\u2400%00", "\u2400x", "50%", "\u2400a\x00%25"]
+    headers = [(name, str(i).encode()) for i, name in enumerate(names)]
+    assert store.store_all("s", [rec(0, headers=headers), rec(1)]) == 2
+    loaded = store.load("s", 0, 0)
+    assert loaded is not None and loaded.headers == headers
+    assert [r.offset for r in store.read("s", 0, 0, 10)] == [0, 1]
+    with store.engine.connect() as conn:
+        plain = conn.execute(
+            sa.text("SELECT value FROM bolide_record_headers WHERE name IN ('plain', '50%')")
+        ).scalars()
+        assert sorted(bytes(v) for v in plain) == [b"2", b"5"]  # ordinary names stay as they are
+
+
 @pytest.mark.parametrize(
     ("records", "error"),
     [
