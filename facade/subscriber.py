@@ -120,6 +120,7 @@ class Subscriber(Closing):
         self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
         self._last_read: dict[int, int] = {}
         self._next: dict[int, int] = {}  # next offset to deliver, per partition
+        self._confirmed: dict[int, int] = {}  # highest position this member confirmed
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
         self._gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self._history = HistoryCursor(self.stream)
@@ -277,11 +278,10 @@ class Subscriber(Closing):
         for p in parts:
             self._history.close(p)
             self._resume_at.pop(p, None)
-            if p in self._last_read and p in self._next:
-                offset = self._next[p]
-                self._gaps.expected[p] = offset
+            if p in self._confirmed:
+                offset = self._next[p] = self._gaps.expected[p] = self._confirmed[p]
             else:
-                # Kafka resumes from the group's confirmed offset; nothing is known here yet.
+                # Kafka resumes from the group's confirmed offset.
                 offset = OFFSET_INVALID
                 self._next.pop(p, None)
                 self._gaps.expected.pop(p, None)
@@ -295,6 +295,10 @@ class Subscriber(Closing):
         }
         if self._durable is not None:
             committed = self._durable.kept_positions(committed)
+        for p, mine in self._confirmed.items():
+            # An asynchronous confirm may not have landed yet: never go back below it.
+            if p in committed and mine > committed[p]:
+                committed[p] = mine
         for p in parts:
             # What this member read stays confirmable unless another member confirmed beyond
             # it in the meantime (a routine rebalance hands the same partition straight back).
@@ -720,6 +724,8 @@ class Subscriber(Closing):
         if not positions:
             return
         commits = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
+        for p, o in positions.items():
+            self._confirmed[p] = max(o, self._confirmed.get(p, o))
         with self._commit_lock:
             if self._consumer_closed:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
