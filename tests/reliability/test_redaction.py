@@ -207,7 +207,7 @@ def test_database_password_with_url_characters_stays_out_of_output(
     assert make_url(url).password == password
     texts: list[object] = []
     with SqlStore(url) as store:
-        texts += [repr(store), store.url]
+        texts += [repr(store), store.url, repr(AvroSerde(SCHEMA, registry=store))]
     for argv in (
         ["db", "upgrade", "--db", url],
         ["sql", "SELEC broken", "--db", url],
@@ -218,9 +218,9 @@ def test_database_password_with_url_characters_stays_out_of_output(
             code = main(argv)
         assert code in (0, 1)
         texts.append(out.getvalue() + err.getvalue())
-    assert "at revision" in str(texts[2]) and "query failed" in str(texts[3])
-    assert_hidden(*texts[:3], shown=("postgres:***@127.0.0.1",))
-    assert_hidden(*texts[3:], shown=("query failed",))
+    assert "at revision" in str(texts[3]) and "query failed" in str(texts[4])
+    assert_hidden(*texts[:4], shown=("postgres:***@127.0.0.1",))
+    assert_hidden(*texts[4:], shown=("query failed",))
     assert_hidden(*(r.getMessage() for r in caplog.records))
 
 
