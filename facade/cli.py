@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bolide.facade.errors import BolideError
+from bolide.facade.redaction import redact_text
 
 if TYPE_CHECKING:
     from bolide.facade.config import Cluster
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except BolideError as exc:
-        print(f"bolide: error: {exc}", file=sys.stderr)
+        print(f"bolide: error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bolide.facade.errors import InvalidInitialOffsetSchemeError
+from bolide.facade.redaction import redact, redact_url
 
 if TYPE_CHECKING:
     from bolide.facade.record import Record
@@ -31,22 +32,8 @@ __all__ = [
 
 ErrorHandler = Callable[[str, BaseException | None], None]
 
-_SECRET = re.compile(r"(password|secret|oauthbearer\.config|key\.pem|ssl\.key|credentials)", re.I)
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SettingValue = str | int | float | bool
-
-
-def redact(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy of a librdkafka config with secret values replaced by ``'***'``."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in config.items()}
-
-
-_URL_PASSWORD = re.compile(r"(?<=://)([^:/@]*):[^@/]*@")
-
-
-def redact_url(url: str) -> str:
-    """Return a database URL with its password replaced by ``'***'``."""
-    return _URL_PASSWORD.sub(r"\1:***@", url)
 
 
 def _safe_repr(obj: Any) -> str:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bolide.facade._avro_compat import (
     PRIMITIVES,
@@ -28,6 +29,7 @@ from bolide.facade._avro_compat import (
     reader_incompatibilities,
 )
 from bolide.facade.errors import SchemaIncompatibleError, SchemaNotFoundError, SerializationError
+from bolide.facade.redaction import config_secrets, redact, redact_text, redact_url, url_secrets
 
 __all__ = [
     "Compatibility",
@@ -254,8 +256,11 @@ class ConfluentSchemaRegistry:
         **conf: Further ``SchemaRegistryClient`` settings by their dotted names
             (``"basic.auth.user.info"``, ``"ssl.ca.location"``...).
 
+    Credentials (in the URL or ``conf``) never appear in ``repr`` or error messages.
+
     Raises:
         ImportError: The ``registry`` extra is missing (``pip install 'bolide[registry]'``).
+        ValueError: confluent-kafka refuses the URL or a setting.
     """
 
     def __init__(self, url: str, **conf: Any) -> None:
@@ -268,8 +273,12 @@ class ConfluentSchemaRegistry:
         if not isinstance(url, str) or not url:
             raise ValueError("url must be the schema registry's URL")
         self.url = url
-        self.conf = dict(conf)  # kept out of repr: it may hold credentials
-        self.client: Any = SchemaRegistryClient.new_client({"url": url, **conf})
+        self.conf = dict(conf)
+        self._secrets = url_secrets(url) + config_secrets(self.conf)
+        try:
+            self.client: Any = SchemaRegistryClient.new_client(_client_conf(url, self.conf))
+        except ValueError as exc:  # "Invalid url http://user:password@..."
+            raise ValueError(f"schema registry {redact_url(url)}: {self._scrub(exc)}") from None
         self._emulated = url.startswith("mock://")
         self._levels: dict[str, Compatibility] = {}
 
@@ -278,8 +287,13 @@ class ConfluentSchemaRegistry:
         status = getattr(exc, "http_status_code", None)
         retriable = not isinstance(status, int) or status < 0 or status >= 500
         return SerializationError(
-            f"schema registry {self.url}: {what} failed: {exc}", retriable=retriable
+            f"schema registry {redact_url(self.url)}: {what} failed: {self._scrub(exc)}",
+            retriable=retriable,
         )
+
+    def _scrub(self, exc: object) -> str:
+        """``exc`` as text without this registry's credentials."""
+        return redact_text(str(exc), self._secrets)
 
     def register(self, subject: str, schema: Any) -> int:
         """See ``SchemaRegistry.register``; the server's refusal becomes the typed error."""
@@ -295,7 +309,7 @@ class ConfluentSchemaRegistry:
             return int(self.client.register_schema(subject, Schema(text, "AVRO")))
         except SchemaRegistryError as exc:
             if exc.http_status_code == 409:
-                reason = str(exc.error_message)
+                reason = self._scrub(exc.error_message)
                 raise SchemaIncompatibleError(
                     f"schema registry refused the schema for subject {subject!r}: {reason}",
                     subject=subject,
@@ -372,4 +386,23 @@ class ConfluentSchemaRegistry:
         self.client.set_compatibility(subject_name=subject, level=checked.value)
 
     def __repr__(self) -> str:
-        return f"ConfluentSchemaRegistry({self.url!r})"
+        conf = f", {redact(self.conf)!r}" if self.conf else ""
+        return f"ConfluentSchemaRegistry({redact_url(self.url)!r}{conf})"
+
+
+def _client_conf(url: str, conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``SchemaRegistryClient`` settings, with the URL's credentials in ``basic.auth.user.info``.
+
+    The client takes them from the first URL, as here, but also keeps them in every request
+    URL, which its HTTP library logs.
+    """
+    try:
+        urls = [urlsplit(part.strip()) for part in url.split(",")]
+        password = urls[0].password
+    except ValueError:
+        password = None  # the client rejects the URL with its own message
+    if password is None or "basic.auth.user.info" in conf:
+        return {"url": url, **conf}
+    bare = ",".join(urlunsplit(u._replace(netloc=u.netloc.rpartition("@")[2])) for u in urls)
+    user_info = f"{unquote(urls[0].username or '')}:{unquote(password)}"
+    return {"url": bare, "basic.auth.user.info": user_info, **conf}

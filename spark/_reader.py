@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -31,6 +31,7 @@ from bolide.facade._kafka import (
 from bolide.facade.config import Cluster, HistoryStore, StreamConfig
 from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
 from bolide.facade.record import Record
+from bolide.facade.redaction import redact, redact_url
 
 __all__ = [
     "Offsets",
@@ -100,7 +101,7 @@ def _spec(options: Mapping[str, str], name: str, default: str, topics: list[str]
     return raw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SourceOptions:
     """The options of ``format("bolide")``, by the Kafka source's names, checked once.
 
@@ -116,6 +117,8 @@ class SourceOptions:
         store_url: ``bolide.store``: SQLAlchemy URL of the history to splice in.
         fetch_gap_settle_ms: ``bolide.fetchGapSettleMs``: the cluster's gap window
             (``Cluster(fetch_gap_settle_ms=...)``); default 0.
+
+    Secrets (``kafka.sasl.password``, the store URL's password...) stay out of ``repr``.
     """
 
     topics: list[str]
@@ -164,6 +167,13 @@ class SourceOptions:
             store_url=lowered.get("bolide.store") or None,
             fetch_gap_settle_ms=_positive(lowered, "bolide.fetchgapsettlems") or 0,
         )
+
+    def __repr__(self) -> str:
+        shown = {item.name: getattr(self, item.name) for item in fields(self)}
+        shown["kafka"] = redact(self.kafka)
+        if self.store_url is not None:
+            shown["store_url"] = redact_url(self.store_url)
+        return f"SourceOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def cluster(self) -> Cluster:
         """The ``Cluster`` these options name."""

@@ -23,6 +23,7 @@ from sqlalchemy.pool import StaticPool
 from bolide.facade._closing import Closing
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.record import Record, group_from_headers
+from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.stores import _migrate
 
 # Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
@@ -68,6 +69,8 @@ class SqlStore(Closing):
         busy_timeout_ms: int = 5_000,
     ) -> None:
         self._url = _parse_url(url)
+        rendered = self._url.render_as_string(hide_password=False)
+        self._secrets = [str(self._url.password or ""), *url_secrets(rendered)]
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
             raise TypeError("busy_timeout_ms must be an int")
         if busy_timeout_ms < 0:
@@ -81,8 +84,8 @@ class SqlStore(Closing):
 
     @property
     def url(self) -> str:
-        """The database URL with its password replaced by ``***``."""
-        return self._url.render_as_string(hide_password=True)
+        """The database URL with its password (and any secret query value) replaced by ``***``."""
+        return redact_url(self._url.render_as_string(hide_password=True))
 
     @property
     def dialect(self) -> str:
@@ -90,11 +93,8 @@ class SqlStore(Closing):
         return self._url.get_backend_name()
 
     def scrub(self, text: str) -> str:
-        """Return ``text`` with this store's database password masked."""
-        password = self._url.password
-        if password:
-            text = text.replace(str(password), "***")
-        return text
+        """Return ``text`` with this store's database password masked and URLs redacted."""
+        return redact_text(text, self._secrets)
 
     def __repr__(self) -> str:
         return f"SqlStore({self.url!r})"
@@ -400,6 +400,8 @@ def _parse_url(url: str | URL) -> URL:
             f"url: database {backend!r} is not supported; use sqlite:///FILE or "
             "postgresql+psycopg://USER@HOST/DB"
         )
+    if "@" in (parsed.host or ""):  # "user:p@ss@host": the password's rest would be the host
+        raise ValueError("url: the host name holds '@'; write an '@' in a password as %40")
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     if backend == "postgresql" and parsed.get_driver_name() != "psycopg":

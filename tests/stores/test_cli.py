@@ -9,9 +9,11 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+import sqlalchemy as sa
 
 from bolide.facade import Cluster, Record, StreamConfig
 from bolide.stores import SqlStore
+from bolide.stores.cli import statement_count
 from tests.stores.test_archiver import FAST_GROUP, publish
 
 BOLIDE = [sys.executable, "-m", "bolide.facade.cli"]
@@ -127,11 +129,109 @@ def test_sql_parameters_are_never_spliced(store: SqlStore, db_url: str) -> None:
         "--json",
     )
     assert json.loads(run.stdout) == [{"n": 0}]
-    # Statements that change data are rolled back.
-    run = bolide("sql", "DELETE FROM bolide_records", "--db", db_url)
-    assert run.returncode == 0, run.stderr
-    assert "rolled back" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "DELETE FROM bolide_records",
+        "DROP TABLE bolide_record_headers",
+        "CREATE TABLE intruder (x INTEGER)",
+        "PRAGMA user_version = 7",
+        "WITH gone AS (DELETE FROM bolide_records RETURNING 1) SELECT count(*) FROM gone",
+    ],
+)
+def test_sql_is_read_only(store: SqlStore, db_url: str, query: str) -> None:
+    if store.dialect != "sqlite" and query.startswith("PRAGMA"):
+        pytest.skip("a SQLite statement")
+    if store.dialect == "sqlite" and query.startswith("WITH"):
+        pytest.skip("SQLite has no DELETE in a WITH clause")
+    _fill(store)
+    run = bolide("sql", query, "--db", db_url)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "query failed" in run.stderr and "--write" in run.stderr
     assert store.largest_offset("orders", 0) == 5
+    assert [h for h, _ in store.read("orders", 0, 5, 1)[0].headers] == ["n"]
+    tables = set(sa.inspect(store.engine).get_table_names())
+    assert {"bolide_records", "bolide_record_headers"} <= tables
+    assert "intruder" not in tables
+    if store.dialect == "sqlite":
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA user_version").scalar() == 0
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT 1; COMMIT; DROP TABLE bolide_record_headers",
+        "SELECT 1; DROP TABLE bolide_record_headers",
+        "COMMIT; DROP TABLE bolide_record_headers;",
+        "SELECT 'a;b'; DROP TABLE bolide_record_headers -- ';'",
+        "SELECT 1 /* ; */; SET default_transaction_read_only = off; "
+        "DROP TABLE bolide_record_headers",
+    ],
+)
+def test_sql_refuses_several_statements(store: SqlStore, db_url: str, query: str) -> None:
+    _fill(store)
+    for write in ([], ["--write"]):
+        run = bolide("sql", query, "--db", db_url, *write)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "one statement" in run.stderr
+    assert "bolide_record_headers" in sa.inspect(store.engine).get_table_names()
+    assert [h for h, _ in store.read("orders", 0, 5, 1)[0].headers] == ["n"]
+
+
+def test_sql_semicolons_in_literals_and_comments_are_one_statement(
+    store: SqlStore, db_url: str
+) -> None:
+    query = "SELECT ';' AS a, 'it''s; fine' AS b /* ; */ -- ;\n;  "
+    run = bolide("sql", query, "--db", db_url, "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [{"a": ";", "b": "it's; fine"}]
+
+
+@pytest.mark.parametrize(
+    ("query", "dialect", "count"),
+    [
+        ("SELECT 1", "sqlite", 1),
+        ("SELECT 1;  -- done", "postgresql", 1),
+        ("  ;; ", "sqlite", 0),
+        ("SELECT 1; SELECT 2", "sqlite", 2),
+        ('SELECT \'a;b\', "c;""d" FROM t', "postgresql", 1),
+        ("SELECT [x;y], `z;` FROM t", "sqlite", 1),
+        ("SELECT $$;$$, $tag$ $$; $tag$", "postgresql", 1),
+        ("SELECT $1; DROP TABLE t", "postgresql", 2),
+        ("SELECT E'\\'; DROP TABLE t; --'", "postgresql", 1),
+        ("SELECT namE'\\'; DROP TABLE t; --'", "postgresql", 2),
+        ("SELECT '\\'; DROP TABLE t; --'", "postgresql", 2),
+        ("SELECT /* /* ; */ ; */ 1", "postgresql", 1),
+        ("SELECT /* /* */ 1; DROP TABLE t", "sqlite", 2),
+        ("SELECT 1 -- ;\n; DROP TABLE t", "sqlite", 2),
+    ],
+)
+def test_statement_count(query: str, dialect: str, count: int) -> None:
+    assert statement_count(query, dialect) == count
+
+
+def test_sql_write_commits(store: SqlStore, db_url: str) -> None:
+    _fill(store)
+    run = bolide(
+        "sql",
+        "DELETE FROM bolide_records WHERE stream = :s AND kafka_offset >= :o",
+        "--db",
+        db_url,
+        "--param",
+        "s=orders",
+        "--param",
+        "o:int=4",
+        "--write",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "2 rows affected, committed" in run.stderr
+    assert store.largest_offset("orders", 0) == 3
+    run = bolide("sql", "DROP TABLE bolide_record_headers", "--db", db_url, "--write")
+    assert run.returncode == 0, run.stderr
+    assert "bolide_record_headers" not in sa.inspect(store.engine).get_table_names()
 
 
 def test_sql_errors(store: SqlStore, db_url: str, tmp_path: object) -> None:
