@@ -19,8 +19,8 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from bolide.facade.avro import AvroSerde
-from bolide.facade.schema_registry import MemorySchemaRegistry
+from bolide.facade.avro.registry import MemorySchemaRegistry
+from bolide.facade.avro.serde import AvroSerde
 
 SMALL = {
     "type": "record",

@@ -35,7 +35,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic
+from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic
 
 __all__ = ["Row", "main", "run", "table"]
 

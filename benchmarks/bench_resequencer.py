@@ -36,7 +36,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._sequence import sequence_headers
+from bolide.facade.resequencer.sequence import sequence_headers
 
 NAME = "resequencer"
 TARGET = 0.7

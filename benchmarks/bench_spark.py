@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
 from bolide.facade import Cluster, StreamConfig
-from bolide.facade._kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
+from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
 
 __all__ = ["main"]
 

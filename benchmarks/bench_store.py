@@ -40,7 +40,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import LOG_START_OVERRIDES_ENV
+from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 from bolide.stores import Archiver, SqlStore
 from bolide.stores._schema import HEADERS, RECORDS
 

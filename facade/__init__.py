@@ -1,7 +1,13 @@
 """Meteor's streaming API on Kafka: publishers, streams, subscriber groups, receivers."""
 
-from bolide.facade._sequence import Reason, sequence_headers
-from bolide.facade.avro import AvroSerde
+from bolide.facade.avro.registry import (
+    Compatibility,
+    ConfluentSchemaRegistry,
+    MemorySchemaRegistry,
+    RegisteredSchema,
+    SchemaRegistry,
+)
+from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -34,14 +40,8 @@ from bolide.facade.errors import (
 from bolide.facade.publisher import PublishCallback, Publisher
 from bolide.facade.receiver import Receiver
 from bolide.facade.record import Record, RecordBatch
-from bolide.facade.resequencer import Resequencer, ResequencerMetrics, publish_sequence
-from bolide.facade.schema_registry import (
-    Compatibility,
-    ConfluentSchemaRegistry,
-    MemorySchemaRegistry,
-    RegisteredSchema,
-    SchemaRegistry,
-)
+from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
+from bolide.facade.resequencer.sequence import Reason, sequence_headers
 from bolide.facade.subscriber import Subscriber
 
 __all__ = [

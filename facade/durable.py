@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from bolide.facade._kafka import (
-    _partition_count,
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.errors import DurableClientBusyError, StoreError
+from bolide.facade.kafka import (
     admin_client,
     log_ends,
     log_starts,
+    partition_count,
     probe_consumer,
 )
-from bolide.facade.config import Cluster, SubscriberConfig
-from bolide.facade.errors import DurableClientBusyError, StoreError
 from bolide.facade.record import Record
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def client_backlog(cluster: Cluster, client: DurableClient) -> dict[str, dict[in
     try:
         out: dict[str, dict[int, int]] = {}
         for stream in client.streams:
-            count = _partition_count(admin, stream)
+            count = partition_count(admin, stream)
             if not count:
                 continue
             parts = range(count)

@@ -11,11 +11,11 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from bolide.facade._closing import Closing
-from bolide.facade._future import DeliveryFuture
-from bolide.facade._kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade._internal.closing import Closing
+from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError
+from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.record import GROUP_HEADER, Record
 
 __all__ = ["PublishCallback", "Publisher"]

@@ -24,18 +24,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from bolide.facade._closing import Closing
-from bolide.facade._history import HistoryCursor
-from bolide.facade._kafka import (
-    CONSUMER_DEFAULTS,
-    FetchGaps,
-    ensure_topic,
-    log_ends,
-    log_starts,
-    new_client,
-)
-from bolide.facade._lock import HookLock
-from bolide.facade._sequence import DETAIL_HEADER, REASON_HEADER
+from bolide.facade._internal.closing import Closing
+from bolide.facade._internal.history import HistoryCursor
+from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig, check_eager
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
@@ -46,8 +37,17 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
     SerializationError,
 )
+from bolide.facade.kafka import (
+    CONSUMER_DEFAULTS,
+    FetchGaps,
+    ensure_topic,
+    log_ends,
+    log_starts,
+    new_client,
+)
 from bolide.facade.receiver import Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch, record_from_message
+from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
 
 __all__ = ["Subscriber"]
 

@@ -20,16 +20,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bolide.facade._history import HistoryCursor
-from bolide.facade._kafka import (
+from bolide.facade._internal.history import HistoryCursor
+from bolide.facade.config import Cluster, HistoryStore, StreamConfig
+from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
+from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     FetchGaps,
     admin_client,
     log_ends,
     log_starts,
 )
-from bolide.facade.config import Cluster, HistoryStore, StreamConfig
-from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
 from bolide.facade.record import Record
 from bolide.facade.redaction import redact, redact_url
 

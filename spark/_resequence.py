@@ -1,6 +1,6 @@
 """Resequencing in Structured Streaming: per-group state with ``applyInPandasWithState``.
 
-The rules are the facade Resequencer's (``bolide.facade.resequencer``): a group is its id
+The rules are the facade Resequencer's (``bolide.facade.resequencer.core``): a group is its id
 within one topic partition; headers are parsed by ``parse_sequence`` (numbers 0-based); batch
 mode releases a group once complete, stream mode each record once its predecessor has gone;
 a group must complete within ``timeout_s`` of its first record, then ``on_timeout`` releases
@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from bolide.facade._sequence import (
+from bolide.facade.record import Record
+from bolide.facade.resequencer.sequence import (
     GROUP_HEADER,
     NUMBER_HEADER,
     SIZE_HEADER,
@@ -27,7 +28,6 @@ from bolide.facade._sequence import (
     Reason,
     parse_sequence,
 )
-from bolide.facade.record import Record
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from bolide.facade._kafka import ensure_topic
-from bolide.facade._sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
 from bolide.facade.errors import BolideError
+from bolide.facade.kafka import ensure_topic
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
+from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.spark._archive import load_archive, records_by_stream
 from bolide.spark._resequence import resequenced
 from bolide.spark.kafka import kafka_stream

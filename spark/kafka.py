@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bolide.facade._kafka import CONSUMER_DEFAULTS, ensure_topic
 from bolide.facade.config import Cluster, InitialOffsetScheme, StreamConfig
 from bolide.facade.errors import BolideError, InvalidInitialOffsetSchemeError, OffsetLoadError
+from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

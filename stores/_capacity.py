@@ -12,9 +12,9 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from bolide.facade._kafka import admin_client
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
+from bolide.facade.kafka import admin_client
 
 __all__ = ["require_delete_records", "trim"]
 

@@ -18,15 +18,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from bolide.facade._kafka import (
+from bolide.facade.config import Cluster, ErrorHandler, HistoryStore, StreamConfig
+from bolide.facade.errors import BrokerError, StoreError
+from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     FetchGaps,
     ensure_topic,
     log_ends,
     log_starts,
 )
-from bolide.facade.config import Cluster, ErrorHandler, HistoryStore, StreamConfig
-from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.record import Record, record_from_message
 from bolide.stores._capacity import require_delete_records, trim
 from bolide.stores.store import SqlStore

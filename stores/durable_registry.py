@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, RowMapping
 
-from bolide.facade._closing import Closing
+from bolide.facade._internal.closing import Closing
 from bolide.facade.errors import DurableClientBusyError
 from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
 from bolide.stores.store import SqlStore

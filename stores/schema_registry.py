@@ -16,14 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from bolide.facade.errors import SchemaNotFoundError
-from bolide.facade.schema_registry import (
+from bolide.facade.avro.registry import (
     Compatibility,
     RegisteredSchema,
     check_compatible,
     schema_fingerprint,
     schema_text,
 )
+from bolide.facade.errors import SchemaNotFoundError
 from bolide.stores._registry_schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
 from bolide.stores.store import SqlStore, _insert_ignoring_duplicates
 

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
 
-from bolide.facade._closing import Closing
+from bolide.facade._internal.closing import Closing
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.record import Record, group_from_headers
 from bolide.facade.redaction import redact_text, redact_url, url_secrets

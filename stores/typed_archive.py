@@ -51,7 +51,7 @@ from alembic.operations import Operations
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from bolide.facade.avro import split_header
+from bolide.facade.avro.serde import split_header
 from bolide.facade.errors import SerializationError, StoreError
 from bolide.facade.record import Record
 from bolide.stores.store import _describe, _insert_ignoring_duplicates, _retriable

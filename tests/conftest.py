@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import Cluster, StreamConfig
-from bolide.facade._kafka import LOG_START_OVERRIDES_ENV
+from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 
 
 @pytest.fixture(scope="session")

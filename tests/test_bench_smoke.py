@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import bench_facade, bench_load, run_all
 from bolide.facade import Cluster
-from bolide.facade.cli import main as cli_main
+from bolide.facade.cli.main import main as cli_main
 
 _TINY = ["--count", "200", "--repeat", "1", "--latency-samples", "5", "--round-trips", "5"]
 

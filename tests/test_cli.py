@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from bolide.facade import Cluster, StreamConfig
-from bolide.facade._cli_stream import parse_time_ms
-from bolide.facade.cli import build_parser, main
+from bolide.facade.cli.main import build_parser, main
+from bolide.facade.cli.stream import parse_time_ms
 from bolide.stores import SqlStore
 
 _SCRIPT = shutil.which("bolide", path=str(Path(sys.executable).parent))
-_COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.facade.cli"]
+_COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.facade.cli.main"]
 
 
 def bolide(

@@ -11,9 +11,9 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolide.facade.avro import AvroSerde, default_registry
+from bolide.facade.avro.registry import ConfluentSchemaRegistry, MemorySchemaRegistry
+from bolide.facade.avro.serde import AvroSerde, default_registry
 from bolide.facade.errors import SchemaIncompatibleError, SchemaNotFoundError, SerializationError
-from bolide.facade.schema_registry import ConfluentSchemaRegistry, MemorySchemaRegistry
 from tests.avro.conftest import ORDER_V1, ORDER_V2, ORDER_V3, order
 
 

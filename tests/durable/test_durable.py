@@ -23,7 +23,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import CONSUMER_DEFAULTS
+from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
 from bolide.stores.durable_registry import DurableRegistry
 from tests.durable.conftest import LIVE, Events, publish

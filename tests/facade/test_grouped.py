@@ -21,7 +21,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import admin_client
+from bolide.facade.kafka import admin_client
 from tests.conftest import eventually
 from tests.facade.test_ungrouped import Errors
 

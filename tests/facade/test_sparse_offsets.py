@@ -17,8 +17,8 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import ensure_topic
 from bolide.facade.broker import FETCH_GAP_SETTLE_MS
+from bolide.facade.kafka import ensure_topic
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.kafka

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from bolide.facade import Cluster, StreamConfig, StreamConfigMismatchError
-from bolide.facade._kafka import ensure_topic, forget_topic
+from bolide.facade.kafka import ensure_topic, forget_topic
 
 pytestmark = pytest.mark.kafka
 

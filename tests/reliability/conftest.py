@@ -33,7 +33,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
-from bolide.facade._kafka import probe_consumer
+from bolide.facade.kafka import probe_consumer
 from tests.reliability.worker import LEASE_MS
 from tests.stores.conftest import PG_ADMIN_URL, make_db_url, pg_admin
 

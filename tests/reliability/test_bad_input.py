@@ -28,7 +28,9 @@ from bolide.facade import (
     StreamConfig,
     SubscriberConfig,
 )
-from bolide.facade._sequence import (
+from bolide.facade.cli.main import build_parser
+from bolide.facade.record import normalize_headers
+from bolide.facade.resequencer.sequence import (
     GROUP_HEADER,
     NUMBER_HEADER,
     SIZE_HEADER,
@@ -37,8 +39,6 @@ from bolide.facade._sequence import (
     parse_sequence,
     scan_sequence,
 )
-from bolide.facade.cli import build_parser
-from bolide.facade.record import normalize_headers
 
 pytestmark = pytest.mark.reliability
 

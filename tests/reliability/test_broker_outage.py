@@ -35,7 +35,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import ensure_topic, forget_topic
+from bolide.facade.kafka import ensure_topic, forget_topic
 from tests.conftest import eventually
 from tests.reliability.conftest import LEASE_MS, record_figures
 

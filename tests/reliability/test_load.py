@@ -29,7 +29,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import probe_consumer
+from bolide.facade.kafka import probe_consumer
 from tests.conftest import eventually
 from tests.reliability.conftest import LEASE_MS, SOAK_SECONDS, record_figures
 

@@ -29,8 +29,8 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._kafka import ensure_topic
-from bolide.facade.cli import main
+from bolide.facade.cli.main import main
+from bolide.facade.kafka import ensure_topic
 from bolide.stores import Archiver, DurableRegistry, SqlStore
 from tests.reliability.conftest import LEASE_MS, PG_ADMIN_URL, make_db_url
 

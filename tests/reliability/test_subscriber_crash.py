@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
-from bolide.facade._sequence import sequence_headers
+from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.stores import SqlStore
 from tests.conftest import eventually
 from tests.reliability.conftest import (

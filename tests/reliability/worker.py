@@ -37,7 +37,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._sequence import GROUP_HEADER, NUMBER_HEADER
+from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER
 
 LEASE_MS = 4_000
 RESEQ_TIMEOUT_S = 3.0

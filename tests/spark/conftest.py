@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
-from bolide.facade._kafka import LOG_START_OVERRIDES_ENV
+from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 from tests.conftest import DATABASES, upgraded_db_url
 
 

@@ -12,8 +12,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bolide.facade import BolideError, Cluster, Record, SchemaOutOfDateError, StreamConfig
-from bolide.facade._sequence import REASON_HEADER, Sequence, parse_sequence, sequence_headers
-from bolide.facade.cli import main as cli_main
+from bolide.facade.cli.main import main as cli_main
+from bolide.facade.resequencer.sequence import (
+    REASON_HEADER,
+    Sequence,
+    parse_sequence,
+    sequence_headers,
+)
 from bolide.spark import BatchReport, archive, load_archive, query, resequence
 from bolide.spark._archive import has_jdbc_driver, jdbc_options
 from bolide.stores import SqlStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from bolide.facade._sequence import sequence_headers
+from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.spark._resequence import _Group, _Step
 
 NOW = 1_000_000

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import Cluster, Record, StreamConfig
+from bolide.facade.cli.store import statement_count
 from bolide.stores import SqlStore
-from bolide.stores.cli import statement_count
 from tests.stores.test_archiver import FAST_GROUP, publish
 
-BOLIDE = [sys.executable, "-m", "bolide.facade.cli"]
+BOLIDE = [sys.executable, "-m", "bolide.facade.cli.main"]
 
 
 def bolide(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bolide.facade import Record
-from bolide.facade._sequence import GROUP_HEADER, NUMBER_HEADER, sequence_headers
+from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, sequence_headers
 
 
 class FakeClock:

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from bolide.facade import _cli_demo, _cli_stream
-from bolide.facade.cli import add_bootstrap_argument
+from bolide.facade.cli.common import add_bootstrap_argument
 from bolide.facade.errors import BolideError
 
 __all__ = ["benchmarks_dir", "load_benchmarks", "register"]
@@ -66,7 +65,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``bolide bench``, ``demo``, ``publish`` and ``tail``."""
+    """Add ``bolide bench``."""
     bench = subparsers.add_parser(
         "bench",
         help="run the benchmarks (source checkout only)",
@@ -82,5 +81,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench.add_argument("--dir", default=None, help="benchmarks folder (default: the checkout's)")
     add_bootstrap_argument(bench)
     bench.set_defaults(func=_bench)
-    _cli_demo.register(subparsers)
-    _cli_stream.register(subparsers)

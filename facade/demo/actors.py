@@ -14,10 +14,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bolide.facade._demo_orders import is_block_part
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.demo.orders import is_block_part
 from bolide.facade.record import Record
-from bolide.facade.resequencer import Resequencer
+from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.subscriber import Subscriber
 
 __all__ = ["DurableWatcher", "Ledger", "Trader"]

@@ -155,11 +155,11 @@ def _plain(value: Any) -> Any:
 
 def print_summary(summary: DemoSummary, out: TextIO) -> None:
     """Print the query results and the summary for people."""
-    from bolide.stores.cli import _table  # the same table layout as `bolide sql`
+    from bolide.facade.cli.common import table  # the same table layout as `bolide sql`
 
     for query in summary.queries:
         print(f"\n-- {query.title}\n{query.sql}", file=out)
-        print(_table(query.columns, [tuple(r) for r in query.rows]), file=out)
+        print(table(query.columns, [tuple(r) for r in query.rows]), file=out)
     s = summary
     failover = f"{s.failover_s:.2f}s" if s.failover_s is not None else "did not happen"
     lines = [

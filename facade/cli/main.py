@@ -1,7 +1,7 @@
 """The ``bolide`` command line: a thin shim over the programmatic API.
 
-Exit codes: 0 ok, 1 runtime failure, 2 usage error. Each package adds its own subcommands
-through a ``register(subparsers)`` function in its ``cli`` module.
+Exit codes: 0 ok, 1 runtime failure, 2 usage error. Each command group is a module of this
+package with a ``register(subparsers)`` function.
 """
 
 from __future__ import annotations
@@ -9,94 +9,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bolide.facade.errors import BolideError
 from bolide.facade.redaction import redact_text
 
 if TYPE_CHECKING:
-    from bolide.facade.config import Cluster
+    pass
 
-__all__ = [
-    "add_bootstrap_argument",
-    "add_cluster_arguments",
-    "add_db_argument",
-    "cluster_from_args",
-    "main",
-]
+__all__ = ["build_parser", "main"]
 
 log = logging.getLogger("bolide.cli")
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _COMMAND_MODULES = (
-    "bolide.facade._cli_tools",
-    "bolide.stores.cli",
-    "bolide.spark.cli",
+    "bolide.facade.cli.bench",
+    "bolide.facade.cli.demo",
+    "bolide.facade.cli.stream",
+    "bolide.facade.cli.store",
+    "bolide.facade.cli.durable",
+    "bolide.facade.cli.spark",
 )
-
-
-def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
-    """``--bootstrap`` with the ``BOLIDE_BOOTSTRAP`` environment default."""
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get("BOLIDE_BOOTSTRAP"),
-        help="Kafka bootstrap servers (default: $BOLIDE_BOOTSTRAP)",
-    )
-
-
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--bootstrap`` and kcat's ``-X KEY=VALUE`` (librdkafka settings, repeatable).
-
-    Commands that take these build their ``Cluster`` with ``cluster_from_args``.
-    """
-    add_bootstrap_argument(parser)
-    parser.add_argument(
-        "-X",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting for every client (repeatable), or fetch_gap_settle_ms",
-    )
-
-
-def cluster_from_args(args: argparse.Namespace) -> Cluster:
-    """The ``Cluster`` named by ``--bootstrap`` and ``-X``; a usage error (exit 2) if invalid."""
-    from bolide.facade.config import Cluster
-
-    parser: argparse.ArgumentParser = args.parser
-    if not args.bootstrap:
-        parser.error("--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)")
-    settings: dict[str, Any] = {}
-    for item in args.settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"-X expects KEY=VALUE, got {item!r}")
-        settings[key] = value
-    if "fetch_gap_settle_ms" in settings:
-        try:
-            settings["fetch_gap_settle_ms"] = int(settings["fetch_gap_settle_ms"])
-        except ValueError:
-            parser.error("-X fetch_gap_settle_ms expects an integer")
-    try:
-        return Cluster(args.bootstrap, **settings)
-    except (ValueError, TypeError) as error:
-        parser.error(str(error))
-        raise  # pragma: no cover - error() exits
-
-
-def add_db_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--db`` with the ``BOLIDE_DB`` environment default."""
-    parser.add_argument(
-        "--db",
-        default=os.environ.get("BOLIDE_DB"),
-        help="SQLAlchemy database URL (default: $BOLIDE_DB)",
-    )
 
 
 def _broker(args: argparse.Namespace) -> int:

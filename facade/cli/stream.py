@@ -21,7 +21,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.facade.cli.common import (
+    add_cluster_arguments,
+    add_db_argument,
+    cluster_from_args,
+    render_bytes,
+)
 from bolide.facade.errors import BolideError, SerializationError
 
 __all__ = ["parse_time_ms", "register"]
@@ -114,7 +119,7 @@ def _serde(args: argparse.Namespace) -> Any:
         return None
     if not args.db:
         args.parser.error("--avro-schema needs --db (the SQL schema registry), or $BOLIDE_DB")
-    from bolide.facade.avro import AvroSerde
+    from bolide.facade.avro.serde import AvroSerde
 
     try:
         schema = Path(args.avro_schema).read_text(encoding="utf-8")
@@ -124,8 +129,8 @@ def _serde(args: argparse.Namespace) -> Any:
 
 
 def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None) -> Any:
-    from bolide.facade._kafka import _partition_count, admin_client
     from bolide.facade.config import StreamConfig
+    from bolide.facade.kafka import admin_client, partition_count
 
     try:
         StreamConfig(name=args.stream)  # a usage error before any network round trip
@@ -133,7 +138,7 @@ def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None) -> A
         args.parser.error(str(exc))
     if partitions is None:
         try:
-            partitions = _partition_count(admin_client(cluster), args.stream) or 1
+            partitions = partition_count(admin_client(cluster), args.stream) or 1
         except Exception as exc:  # the admin client raises KafkaException
             raise BolideError(
                 f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}"
@@ -236,8 +241,8 @@ def parse_time_ms(text: str) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    from bolide.facade._kafka import log_ends, log_starts, probe_consumer
     from bolide.facade.config import InitialOffsetScheme, SubscriberConfig
+    from bolide.facade.kafka import log_ends, log_starts, probe_consumer
     from bolide.facade.subscriber import Subscriber
 
     chosen = (args.from_beginning, args.from_offset is not None, args.from_time is not None)
@@ -308,7 +313,7 @@ def _offsets_for_time(cluster: Any, topic: str, parts: list[int], when: int) -> 
     timestamps; an answer that does not hold (the embedded broker ignores the timestamp and
     answers 0) is replaced by a binary search over the partition.
     """
-    from bolide.facade._kafka import log_ends, log_starts, probe_consumer
+    from bolide.facade.kafka import log_ends, log_starts, probe_consumer
 
     ends = log_ends(cluster, topic, parts)
     consumer = probe_consumer(cluster)
@@ -405,7 +410,6 @@ def _print_records(
 
 
 def _render(record: Any, serde: Any, *, as_json: bool) -> str:
-    from bolide.stores.cli import _bytes  # the same byte rendering as `bolide sql`
 
     value: Any
     if serde is not None:
@@ -415,11 +419,11 @@ def _render(record: Any, serde: Any, *, as_json: bool) -> str:
             )
         except SerializationError as exc:
             print(f"bolide tail: warning: {exc}", file=sys.stderr)
-            value = _bytes(record.data)
+            value = render_bytes(record.data)
     else:
-        value = _bytes(record.data)
-    key = _bytes(record.key) if record.key is not None else None
-    headers = [[name, _bytes(raw)] for name, raw in record.headers]
+        value = render_bytes(record.data)
+    key = render_bytes(record.key) if record.key is not None else None
+    headers = [[name, render_bytes(raw)] for name, raw in record.headers]
     if as_json:
         return json.dumps(
             {

@@ -6,7 +6,7 @@ reads, so bolide streams interoperate with other Kafka services.
 
 Everything that can be cached is: the writer schema is parsed once, the 5-byte prefix is built
 once per stream, writer schemas met while decoding are fetched and parsed once per id, and
-records go through fastavro's prepared encode/decode (``bolide.facade._avro_codec``) with no
+records go through fastavro's prepared encode/decode (``bolide.facade.avro.codec``) with no
 per-record schema work.
 """
 
@@ -17,16 +17,16 @@ import threading
 from io import BytesIO
 from typing import Any
 
-from bolide.facade._avro_codec import READ_OPTIONS, WRITE_OPTIONS, prepare, read_data, write_data
-from bolide.facade._avro_compat import load_schema, reader_incompatibilities
-from bolide.facade.errors import SchemaNotFoundError, SerializationError
-from bolide.facade.schema_registry import (
+from bolide.facade.avro.codec import READ_OPTIONS, WRITE_OPTIONS, prepare, read_data, write_data
+from bolide.facade.avro.compat import load_schema, reader_incompatibilities
+from bolide.facade.avro.registry import (
     ConfluentSchemaRegistry,
     MemorySchemaRegistry,
     SchemaRegistry,
     schema_fingerprint,
     schema_text,
 )
+from bolide.facade.errors import SchemaNotFoundError, SerializationError
 
 __all__ = ["MAGIC_BYTE", "AvroSerde", "default_registry", "split_header"]
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bolide.facade import Record, Resequencer, ResequencerFullError
-from bolide.facade._sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER, Reason
-from tests.groups.conftest import FakeClock, plain_record, seq_of, seq_record
+from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER, Reason
+from tests.resequencer.conftest import FakeClock, plain_record, seq_of, seq_record
 
 MODES = ("batch", "stream")
 

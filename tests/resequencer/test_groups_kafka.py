@@ -1,6 +1,6 @@
 """Message groups, ordering modes and the resequencer on a real broker.
 
-The failover test runs two subscriber-group members as processes (``tests.groups.member``),
+The failover test runs two subscriber-group members as processes (``tests.resequencer.member``),
 publishes 100 shuffled groups through three publishers, SIGKILLs one member mid-way and checks
 every group was processed in sequence, and none again once confirmed.
 """
@@ -32,8 +32,8 @@ from bolide.facade import (
     SubscriberConfig,
     publish_sequence,
 )
-from bolide.facade._kafka import probe_consumer
-from bolide.facade._sequence import (
+from bolide.facade.kafka import probe_consumer
+from bolide.facade.resequencer.sequence import (
     DETAIL_HEADER,
     GROUP_HEADER,
     NUMBER_HEADER,
@@ -42,7 +42,7 @@ from bolide.facade._sequence import (
     sequence_headers,
 )
 from tests.conftest import eventually
-from tests.groups.conftest import seq_of
+from tests.resequencer.conftest import seq_of
 
 pytestmark = pytest.mark.kafka
 
@@ -252,7 +252,7 @@ class _Member:
             [
                 sys.executable,
                 "-m",
-                "tests.groups.member",
+                "tests.resequencer.member",
                 *args,
                 str(self.log),
                 str(self.stop),

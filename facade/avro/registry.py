@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from bolide.facade._avro_compat import (
+from bolide.facade.avro.compat import (
     PRIMITIVES,
     load_schema,
     parse_with_names,

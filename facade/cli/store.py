@@ -11,25 +11,28 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO, cast
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 
-from bolide.facade._kafka import admin_client
-from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.facade.cli.common import (
+    add_cluster_arguments,
+    add_db_argument,
+    cluster_from_args,
+    render_bytes,
+    table,
+)
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
-from bolide.stores import _durable_cli
+from bolide.facade.kafka import admin_client
 from bolide.stores.archiver import Archiver, ArchiverStats
 from bolide.stores.store import SqlStore
 
 __all__ = ["register"]
 
 _PARAM_TYPES = ("str", "int", "float", "bytes", "hex", "null")
-_CELL_WIDTH = 60
 
 
 def register(subparsers: Any) -> None:
@@ -84,8 +87,6 @@ def register(subparsers: Any) -> None:
         "--write", action="store_true", help="allow changes and commit them (default: read-only)"
     )
     sql.set_defaults(func=_sql, parser=sql)
-
-    _durable_cli.register(subparsers)
 
 
 def _db_url(args: argparse.Namespace) -> str:
@@ -264,7 +265,7 @@ def _sql(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dict(zip(columns, map(_json_cell, row), strict=True)) for row in rows]))
     elif columns:
-        print(_table(columns, rows))
+        print(table(columns, rows))
         plural = "s" if len(rows) != 1 else ""
         print(f"({len(rows)} row{plural}, {elapsed:.3f}s, {done})", file=sys.stderr)
     elif args.write:
@@ -399,41 +400,9 @@ def _param(item: str) -> tuple[str, Any]:
     raise ValueError(f"--param {name}: type {kind!r} is not one of {', '.join(_PARAM_TYPES)}")
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes | bytearray | memoryview):
-        return _bytes(bytes(value))
-    return str(value)
-
-
-def _bytes(value: bytes) -> str:
-    """UTF-8 text when the bytes are printable text, else ``\\x`` and hex (PostgreSQL's way)."""
-    try:
-        text = value.decode()
-    except UnicodeDecodeError:
-        return "\\x" + value.hex()
-    return text if text.isprintable() else "\\x" + value.hex()
-
-
 def _json_cell(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
-        return _bytes(bytes(value))
+        return render_bytes(bytes(value))
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
-
-
-def _table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
-    def cell(value: Any) -> str:
-        text = _text(value)
-        return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
-
-    cells = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-        "-+-".join("-" * w for w in widths),
-    ]
-    lines.extend(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
-    return "\n".join(lines)

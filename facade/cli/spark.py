@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from bolide.facade.cli import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 
 __all__ = ["register"]
 
@@ -212,6 +212,6 @@ def _query(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # spark-submit .../bolide/spark/cli.py JOB ...
-    from bolide.facade.cli import main
+    from bolide.facade.cli.main import main
 
     sys.exit(main(["spark", *sys.argv[1:]]))

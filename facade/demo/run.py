@@ -27,11 +27,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from confluent_kafka import ConsumerGroupState
 
-from bolide.facade._demo_actors import DurableWatcher, Ledger, Trader
-from bolide.facade._demo_orders import ORDER_SCHEMA, SYMBOLS, Market, wait_for
-from bolide.facade._demo_report import DemoSummary, archive_queries
-from bolide.facade._kafka import admin_client
-from bolide.facade.avro import AvroSerde
+from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -39,7 +35,11 @@ from bolide.facade.config import (
     StreamConfig,
     SubscriberConfig,
 )
+from bolide.facade.demo.actors import DurableWatcher, Ledger, Trader
+from bolide.facade.demo.orders import ORDER_SCHEMA, SYMBOLS, Market, wait_for
+from bolide.facade.demo.report import DemoSummary, archive_queries
 from bolide.facade.errors import BolideError
+from bolide.facade.kafka import admin_client
 from bolide.stores.typed_archive import typed_table_name
 
 if TYPE_CHECKING:
@@ -431,7 +431,7 @@ class _Scenario:
         )
 
     def _spark(self, cluster: Cluster, stream: StreamConfig, market: Market) -> None:
-        from bolide.facade._demo_spark import run_spark
+        from bolide.facade.demo.spark import run_spark
 
         written, rows = run_spark(cluster, stream.name, self.workdir, self.say)
         self.summary.spark_archived = written

@@ -79,7 +79,7 @@ def admin_client(cluster: Cluster) -> AdminClient:
     return AdminClient(cluster.client_config({"logger": _KAFKA_LOG}))
 
 
-def _partition_count(admin: AdminClient, topic: str) -> int | None:
+def partition_count(admin: AdminClient, topic: str) -> int | None:
     # A metadata request naming the topic may auto-create it on some brokers: list them all.
     meta = admin.list_topics(timeout=_TIMEOUT_S)
     info = meta.topics.get(topic)
@@ -141,7 +141,7 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
 def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
     admin = admin_client(cluster)
     try:
-        count = _partition_count(admin, stream.name)
+        count = partition_count(admin, stream.name)
         if count is None:
             new = NewTopic(
                 stream.name,
@@ -169,7 +169,7 @@ def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
 def _wait_for_topic(admin: AdminClient, topic: str) -> int:
     deadline = time.monotonic() + _TIMEOUT_S
     while time.monotonic() < deadline:
-        count = _partition_count(admin, topic)
+        count = partition_count(admin, topic)
         if count:
             return count
         time.sleep(0.05)

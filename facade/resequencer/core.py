@@ -1,6 +1,6 @@
 """Resequencer: releases the records of a group in sequence order, whatever order they came in.
 
-Records of a group carry three headers (see ``bolide.facade._sequence``): the group id, the
+Records of a group carry three headers (see ``resequencer.sequence``): the group id, the
 group size and a 0-based sequence number. ``publish_sequence`` stamps them and keys the records
 by group, so a whole group lands on one partition and is read by one member of a subscriber
 group. Records without those headers pass straight through.
@@ -19,7 +19,17 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from bolide.facade._reseq_state import (
+from bolide.facade.errors import ResequencerFullError
+from bolide.facade.publisher import Publisher
+from bolide.facade.record import Record
+from bolide.facade.resequencer.sequence import (
+    GROUP_HEADER,
+    Invalid,
+    Reason,
+    publish_sequence,
+    scan_sequence,
+)
+from bolide.facade.resequencer.state import (
     DeadLetter,
     DeadLetterHandler,
     DeadLetters,
@@ -29,16 +39,6 @@ from bolide.facade._reseq_state import (
     ResequencerMetrics,
     Track,
 )
-from bolide.facade._sequence import (
-    GROUP_HEADER,
-    Invalid,
-    Reason,
-    publish_sequence,
-    scan_sequence,
-)
-from bolide.facade.errors import ResequencerFullError
-from bolide.facade.publisher import Publisher
-from bolide.facade.record import Record
 
 __all__ = ["DeadLetterHandler", "Reason", "Resequencer", "ResequencerMetrics", "publish_sequence"]
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from bolide.facade._sequence import DETAIL_HEADER, REASON_HEADER, Reason
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
+from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER, Reason
 
 __all__ = [
     "DeadLetter",
@@ -30,7 +30,7 @@ __all__ = [
     "letter",
 ]
 
-log = logging.getLogger("bolide.facade.resequencer")
+log = logging.getLogger("bolide.facade.resequencer.core")
 
 DeadLetterHandler: TypeAlias = Callable[[Record, Reason], object]
 

@@ -9,7 +9,7 @@ It logs what it processes and what the broker says is confirmed, one line per ev
 ``READY <time>``
     the member holds a lease.
 
-Usage: ``python -m tests.groups.member BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOPFILE MODE``.
+Usage: ``python -m tests.resequencer.member BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOPFILE MODE``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER
+from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER
 
 LEASE_MS = 6000
 

@@ -1,0 +1,7 @@
+"""``python -m bolide.facade.cli``."""
+
+import sys
+
+from bolide.facade.cli.main import main
+
+sys.exit(main())

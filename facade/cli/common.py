@@ -1,0 +1,111 @@
+"""Helpers every ``bolide`` command group shares: cluster and database arguments, and how
+rows and bytes are printed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from bolide.facade.config import Cluster
+
+__all__ = [
+    "add_bootstrap_argument",
+    "add_cluster_arguments",
+    "add_db_argument",
+    "cluster_from_args",
+    "render_bytes",
+    "table",
+]
+
+_CELL_WIDTH = 60  # longer cells are cut, with "..."
+
+
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap`` with the ``BOLIDE_BOOTSTRAP`` environment default."""
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("BOLIDE_BOOTSTRAP"),
+        help="Kafka bootstrap servers (default: $BOLIDE_BOOTSTRAP)",
+    )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap`` and kcat's ``-X KEY=VALUE`` (librdkafka settings, repeatable).
+
+    Commands that take these build their ``Cluster`` with ``cluster_from_args``.
+    """
+    add_bootstrap_argument(parser)
+    parser.add_argument(
+        "-X",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting for every client (repeatable), or fetch_gap_settle_ms",
+    )
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    """The ``Cluster`` named by ``--bootstrap`` and ``-X``; a usage error (exit 2) if invalid."""
+    parser: argparse.ArgumentParser = args.parser
+    if not args.bootstrap:
+        parser.error("--bootstrap HOST:PORT is required (or set $BOLIDE_BOOTSTRAP)")
+    settings: dict[str, Any] = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"-X expects KEY=VALUE, got {item!r}")
+        settings[key] = value
+    if "fetch_gap_settle_ms" in settings:
+        try:
+            settings["fetch_gap_settle_ms"] = int(settings["fetch_gap_settle_ms"])
+        except ValueError:
+            parser.error("-X fetch_gap_settle_ms expects an integer")
+    try:
+        return Cluster(args.bootstrap, **settings)
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
+        raise  # pragma: no cover - error() exits
+
+
+def add_db_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--db`` with the ``BOLIDE_DB`` environment default."""
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("BOLIDE_DB"),
+        help="SQLAlchemy database URL (default: $BOLIDE_DB)",
+    )
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return render_bytes(bytes(value))
+    return str(value)
+
+
+def render_bytes(value: bytes) -> str:
+    """UTF-8 text when the bytes are printable text, else ``\\x`` and hex (PostgreSQL's way)."""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return "\\x" + value.hex()
+    return text if text.isprintable() else "\\x" + value.hex()
+
+
+def table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    def cell(value: Any) -> str:
+        text = _text(value)
+        return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+    ]
+    lines.extend(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
+    return "\n".join(lines)
