@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from bolide.facade.errors import InvalidInitialOffsetSchemeError
+from bolide.facade.ports import HistoryStore
 from bolide.facade.redaction import redact, redact_url
 
 if TYPE_CHECKING:
-    from bolide.facade.record import Record
+    pass
 
 __all__ = [
     "Cluster",
@@ -135,31 +136,6 @@ class Cluster:
 
     def __hash__(self) -> int:
         return hash(self.bootstrap_servers)
-
-
-@runtime_checkable
-class HistoryStore(Protocol):
-    """Hazelcast's RingbufferStore contract, per stream and partition (``SqlStore`` has it)."""
-
-    def store_all(self, stream: str, records: Sequence[Record]) -> int:
-        """Store records (idempotent on stream, partition, offset); return rows inserted."""
-        ...
-
-    def load(self, stream: str, partition: int, offset: int) -> Record | None:
-        """Return one record, or ``None``."""
-        ...
-
-    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
-        """Return up to ``limit`` records at or after ``from_offset``, in offset order."""
-        ...
-
-    def largest_offset(self, stream: str, partition: int) -> int | None:
-        """Return the largest stored offset, or ``None`` when nothing is stored."""
-        ...
-
-    def smallest_offset(self, stream: str, partition: int) -> int | None:
-        """Return the smallest stored offset, or ``None`` when nothing is stored."""
-        ...
 
 
 class InitialOffsetScheme(enum.Enum):

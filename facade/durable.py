@@ -46,11 +46,16 @@ from bolide.facade.kafka import (
     partition_count,
     probe_consumer,
 )
+from bolide.facade.ports import (
+    DURABLE_REGISTRIES,
+    DurableClient,
+    DurableRegistry,
+    open_plugin,
+)
 from bolide.facade.record import Record
 
 if TYPE_CHECKING:
     from bolide.facade.subscriber import Subscriber
-    from bolide.stores.durable_registry import DurableClient, DurableRegistry
 
 __all__ = [
     "DurableSession",
@@ -72,29 +77,25 @@ def durable_group_id(durable_id: str) -> str:
 def resolve_registry(config: SubscriberConfig) -> tuple[DurableRegistry, bool]:
     """The registry for a durable subscriber, and whether the caller owns (must close) it.
 
+    ``durable_registry`` (or, unset, the stream's store) is either a registry already, or a
+    database URL or store that an installed implementation (``bolide.stores``) opens one in.
+
     Raises:
         ValueError: Neither ``durable_registry`` nor a SQL ``stream.store`` is set.
         TypeError: ``durable_registry`` is of an unusable type.
     """
-    from bolide.stores.durable_registry import DurableRegistry
-    from bolide.stores.store import SqlStore
-
     source: Any = config.durable_registry
-    if source is None:
-        source = config.stream.store
-        if not isinstance(source, SqlStore):
-            raise ValueError(
-                f"durable_id={config.durable_id!r} needs a registry: set durable_registry to a "
-                "SqlStore, a database URL or a DurableRegistry, or give the stream a SqlStore"
-            )
     if isinstance(source, DurableRegistry):
         return source, False
-    if isinstance(source, SqlStore | str):
-        return DurableRegistry(source), isinstance(source, str)
-    raise TypeError(
-        "durable_registry must be a DurableRegistry, a SqlStore or a database URL, not "
-        f"{type(source).__name__}"
-    )
+    if source is not None:
+        return open_plugin(DURABLE_REGISTRIES, source), True
+    try:
+        return open_plugin(DURABLE_REGISTRIES, config.stream.store), True
+    except TypeError:
+        raise ValueError(
+            f"durable_id={config.durable_id!r} needs a registry: set durable_registry to a "
+            "SqlStore, a database URL or a DurableRegistry, or give the stream a SqlStore"
+        ) from None
 
 
 def drop_position(cluster: Cluster, group_id: str) -> bool:

@@ -25,7 +25,6 @@ from confluent_kafka import (
 )
 
 from bolide.facade._internal.closing import Closing
-from bolide.facade._internal.history import HistoryCursor
 from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig, check_eager
 from bolide.facade.durable import DurableSession
@@ -37,6 +36,7 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
     SerializationError,
 )
+from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     FetchGaps,

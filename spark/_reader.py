@@ -20,9 +20,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bolide.facade._internal.history import HistoryCursor
 from bolide.facade.config import Cluster, HistoryStore, StreamConfig
 from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
+from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     FetchGaps,

@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from bolide.facade.config import Cluster, ErrorHandler, HistoryStore, StreamConfig
+from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
@@ -27,9 +27,9 @@ from bolide.facade.kafka import (
     log_ends,
     log_starts,
 )
+from bolide.facade.ports import ArchiveStore, HistoryStore
 from bolide.facade.record import Record, record_from_message
 from bolide.stores._capacity import require_delete_records, trim
-from bolide.stores.store import SqlStore
 from bolide.stores.typed_archive import write_typed
 
 __all__ = ["Archiver", "ArchiverStats", "ProgressCallback"]
@@ -144,7 +144,7 @@ class Archiver:
         unknown = set(self.serdes) - {s.name for s in streams}
         if unknown:
             raise ValueError(f"serdes name streams the archiver does not read: {sorted(unknown)}")
-        if self.serdes and not isinstance(store, SqlStore):
+        if self.serdes and not isinstance(store, ArchiveStore):
             raise ValueError("serdes need a SqlStore: typed tables live in its database")
         self.cluster = cluster
         self.store = store
@@ -162,7 +162,7 @@ class Archiver:
             self._partitions.extend((stream.name, p) for p in range(count))
             if stream.capacity is not None:
                 require_delete_records(cluster, stream.name)
-        if isinstance(store, SqlStore):
+        if isinstance(store, ArchiveStore):
             store.check_schema()
         self._stop = threading.Event()
         self._gaps: dict[str, FetchGaps] = {}  # per topic, for the current consumer
@@ -344,7 +344,7 @@ class Archiver:
         while True:
             rejected: list[tuple[list[Record], StoreError]] = []
             try:
-                if isinstance(self.store, SqlStore):
+                if isinstance(self.store, ArchiveStore):
                     also = self._typed(records, rejected)
                     inserted = self.store.store_batches(records, also=also)
                     self._rejected(rejected)  # committed: count and report them once
@@ -566,4 +566,4 @@ def _reached(positions: dict[_TP, int], target: dict[_TP, int]) -> bool:
 def _same_store(a: HistoryStore, b: HistoryStore) -> bool:
     if a is b:
         return True
-    return isinstance(a, SqlStore) and isinstance(b, SqlStore) and a.url == b.url
+    return isinstance(a, ArchiveStore) and a.same_store(b)

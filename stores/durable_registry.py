@@ -16,89 +16,21 @@ from __future__ import annotations
 
 import builtins
 import json
-import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, RowMapping
 
-from bolide.facade._internal.closing import Closing
 from bolide.facade.errors import DurableClientBusyError
+from bolide.facade.ports import Claim, ClaimState, Closing, DurableClient, now_ms
 from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
 from bolide.stores.store import SqlStore
 
 __all__ = ["Claim", "ClaimState", "DurableClient", "DurableRegistry"]
 
 _T = TypeVar("_T")
-
-ClaimState = Literal["new", "resumed", "expired"]
-
-
-def now_ms() -> int:
-    """Wall-clock time in epoch milliseconds (the registry's clock)."""
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class DurableClient:
-    """One registry row.
-
-    Attributes:
-        durable_id: The client's durable id.
-        group_id: Its Kafka consumer group (where its position lives).
-        streams: The streams it has read.
-        timeout_s: How long it may stay away before it is forgotten.
-        created_ms: When it first connected.
-        last_seen_ms: When it was last seen connected (renewed while connected).
-        connected: It holds a claim whose lease had not lapsed when the row was read.
-        owner: The claim's owner token (``None`` when released).
-        lease_until_ms: When the claim lapses unless renewed.
-        connections: How many times it has connected.
-        marker_ms: When the latest marker was taken.
-        markers: The latest marker: stream -> partition -> end offset.
-    """
-
-    durable_id: str
-    group_id: str
-    streams: tuple[str, ...]
-    timeout_s: float
-    created_ms: int
-    last_seen_ms: int
-    connected: bool
-    owner: str | None
-    lease_until_ms: int | None
-    connections: int
-    marker_ms: int | None
-    markers: dict[str, dict[int, int]] = field(default_factory=dict)
-
-    def away_s(self, at_ms: int | None = None) -> float:
-        """Seconds since the client was last seen (0 while it is connected)."""
-        if self.connected:
-            return 0.0
-        return max(0, (at_ms if at_ms is not None else now_ms()) - self.last_seen_ms) / 1000
-
-    def expired(self, at_ms: int | None = None) -> bool:
-        """True when the client is not connected and has been away past its timeout."""
-        return not self.connected and self.away_s(at_ms) > self.timeout_s
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The outcome of ``register``: the row now held and what the client was before.
-
-    Attributes:
-        client: The registry row after the claim.
-        state: ``"new"`` (never seen or unregistered), ``"resumed"`` (its queue was kept) or
-            ``"expired"`` (away past its timeout: its queue must be dropped).
-        previous: The row before the claim, ``None`` for a new client.
-    """
-
-    client: DurableClient
-    state: ClaimState
-    previous: DurableClient | None
 
 
 class DurableRegistry(Closing):

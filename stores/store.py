@@ -20,8 +20,8 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
 
-from bolide.facade._internal.closing import Closing
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
+from bolide.facade.ports import Closing
 from bolide.facade.record import Record, group_from_headers
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.stores import _migrate
@@ -332,6 +332,10 @@ class SqlStore(Closing):
                 partition=partition,
                 retriable=_retriable(error),
             ) from None
+
+    def same_store(self, other: object) -> bool:
+        """True when ``other`` is a ``SqlStore`` on the same database."""
+        return other is self or (isinstance(other, SqlStore) and other.url == self.url)
 
     def close(self) -> None:
         """Release every pooled connection (the store can still reconnect if used again)."""

@@ -13,13 +13,11 @@ per subject, and refuses a schema that breaks the subject's compatibility level 
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bolide.facade.avro.compat import (
@@ -29,6 +27,7 @@ from bolide.facade.avro.compat import (
     reader_incompatibilities,
 )
 from bolide.facade.errors import SchemaIncompatibleError, SchemaNotFoundError, SerializationError
+from bolide.facade.ports import Compatibility, RegisteredSchema, SchemaRegistry
 from bolide.facade.redaction import config_secrets, redact, redact_text, redact_url, url_secrets
 
 __all__ = [
@@ -41,81 +40,6 @@ __all__ = [
     "schema_fingerprint",
     "schema_text",
 ]
-
-
-class Compatibility(enum.Enum):
-    """What a new schema version must be able to do (Confluent's levels and names).
-
-    BACKWARD: the new schema reads data written with the latest one (consumers upgrade first).
-    FORWARD: the latest schema reads data written with the new one (producers upgrade first).
-    FULL: both. NONE: no check. ``*_TRANSITIVE``: against every version, not only the latest.
-    """
-
-    BACKWARD = "BACKWARD"
-    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
-    FORWARD = "FORWARD"
-    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
-    FULL = "FULL"
-    FULL_TRANSITIVE = "FULL_TRANSITIVE"
-    NONE = "NONE"
-
-    @classmethod
-    def of(cls, level: Compatibility | str) -> Compatibility:
-        """Accept a member or its name (any case).
-
-        Raises:
-            ValueError: ``level`` names no compatibility level.
-        """
-        if isinstance(level, Compatibility):
-            return level
-        try:
-            return cls(str(level).upper())
-        except ValueError:
-            names = ", ".join(m.value for m in cls)
-            raise ValueError(f"compatibility level {level!r} is not one of {names}") from None
-
-
-@dataclass(frozen=True)
-class RegisteredSchema:
-    """One version of a subject."""
-
-    subject: str
-    version: int
-    schema_id: int
-    schema: str
-
-
-@runtime_checkable
-class SchemaRegistry(Protocol):
-    """What ``AvroSerde`` needs from a registry."""
-
-    def register(self, subject: str, schema: Any) -> int:
-        """Register ``schema`` under ``subject`` (idempotent) and return its global id.
-
-        Raises:
-            SchemaIncompatibleError: The schema breaks the subject's compatibility level.
-        """
-        ...
-
-    def get_schema(self, schema_id: int) -> str:
-        """Return the schema text of ``schema_id``.
-
-        Raises:
-            SchemaNotFoundError: No schema has this id.
-        """
-        ...
-
-    def latest(self, subject: str) -> RegisteredSchema | None:
-        """Return the subject's latest version, or ``None`` when it has none."""
-        ...
-
-    def compatibility(self, subject: str) -> Compatibility:
-        """Return the subject's compatibility level (BACKWARD unless set)."""
-        ...
-
-    def set_compatibility(self, subject: str, level: Compatibility | str) -> None:
-        """Set the subject's compatibility level."""
-        ...
 
 
 def schema_text(schema: Any) -> str:

@@ -27,6 +27,7 @@ from bolide.facade.avro.registry import (
     schema_text,
 )
 from bolide.facade.errors import SchemaNotFoundError, SerializationError
+from bolide.facade.ports import SCHEMA_REGISTRIES, open_plugin
 
 __all__ = ["MAGIC_BYTE", "AvroSerde", "default_registry", "split_header"]
 
@@ -65,22 +66,19 @@ def split_header(data: bytes) -> int:
 def _as_registry(registry: Any) -> SchemaRegistry:
     if registry is None:
         return _DEFAULT_REGISTRY
-    if isinstance(registry, str):
-        if registry.startswith(("http://", "https://", "mock://")):
-            return ConfluentSchemaRegistry(registry)
-        from bolide.stores.schema_registry import SqlSchemaRegistry
-
-        return SqlSchemaRegistry(registry)
     if isinstance(registry, SchemaRegistry):
         return registry
-    if hasattr(registry, "engine"):  # a SqlStore: its database holds the schema tables
-        from bolide.stores.schema_registry import SqlSchemaRegistry
-
-        return SqlSchemaRegistry(registry)
-    raise TypeError(
-        "registry must be a SchemaRegistry, a registry URL, a SqlStore or None, "
-        f"not {type(registry).__name__}"
-    )
+    if isinstance(registry, str) and registry.startswith(("http://", "https://", "mock://")):
+        return ConfluentSchemaRegistry(registry)
+    try:
+        # A database URL or a SqlStore: its database holds the schema tables.
+        registry_: SchemaRegistry = open_plugin(SCHEMA_REGISTRIES, registry)
+    except TypeError:
+        raise TypeError(
+            "registry must be a SchemaRegistry, a registry URL, a SqlStore or None, "
+            f"not {type(registry).__name__}"
+        ) from None
+    return registry_
 
 
 class AvroSerde:

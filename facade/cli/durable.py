@@ -13,7 +13,8 @@ from typing import Any
 from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.config import Cluster
 from bolide.facade.durable import client_backlog, expire_clients
-from bolide.stores.durable_registry import DurableClient, DurableRegistry, now_ms
+from bolide.facade.ports import DurableClient, now_ms
+from bolide.stores.durable_registry import DurableRegistry
 
 __all__ = ["register"]
 

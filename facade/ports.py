@@ -1,0 +1,323 @@
+"""The seams between the core facade and the packages that plug into it.
+
+The core (publisher, subscriber, durable clients, the Avro serde) depends only on these
+interfaces; ``bolide.stores`` implements them (``SqlStore``, ``DurableRegistry``,
+``SqlSchemaRegistry``), and an application may bring its own. Value types that cross a seam
+(a registry row, a registered schema) live here too, so neither side imports the other.
+
+Where the core is handed a database URL or a store instead of an implementation, it builds
+one through ``open_plugin``: packages register their implementations as entry points
+(``bolide.schema_registries``, ``bolide.durable_registries``), as SQLAlchemy finds dialects.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from bolide.facade._internal.closing import Closing
+
+if TYPE_CHECKING:
+    from bolide.facade.record import Record
+
+__all__ = [
+    "ArchiveStore",
+    "Claim",
+    "ClaimState",
+    "Closing",
+    "Compatibility",
+    "DurableClient",
+    "DurableRegistry",
+    "HistoryStore",
+    "RegisteredSchema",
+    "SchemaRegistry",
+    "Serde",
+    "now_ms",
+    "open_plugin",
+]
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class HistoryStore(Protocol):
+    """Where a stream's records live once Kafka no longer holds them, per stream and partition.
+
+    Hazelcast calls this contract a RingbufferStore: the ring (here, the Kafka log) is backed by
+    a store that keeps what the ring has dropped. ``SqlStore`` implements it.
+    """
+
+    def store_all(self, stream: str, records: Sequence[Record]) -> int:
+        """Store records (idempotent on stream, partition, offset); return rows inserted."""
+        ...
+
+    def load(self, stream: str, partition: int, offset: int) -> Record | None:
+        """Return one record, or ``None``."""
+        ...
+
+    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
+        """Return up to ``limit`` records at or after ``from_offset``, in offset order."""
+        ...
+
+    def largest_offset(self, stream: str, partition: int) -> int | None:
+        """Return the largest stored offset, or ``None`` when nothing is stored."""
+        ...
+
+    def smallest_offset(self, stream: str, partition: int) -> int | None:
+        """Return the smallest stored offset, or ``None`` when nothing is stored."""
+        ...
+
+
+@runtime_checkable
+class ArchiveStore(HistoryStore, Protocol):
+    """A history store the archiver can write in bulk, with typed tables beside the raw one."""
+
+    def check_schema(self) -> None:
+        """Raise ``SchemaOutOfDateError`` unless the store's schema is current."""
+        ...
+
+    def store_batches(self, batches: Mapping[str, Sequence[Record]], *, also: Any = None) -> int:
+        """Store several streams' records in one transaction; ``also(connection)`` runs in it
+        (the typed tables). Returns the rows inserted."""
+        ...
+
+    def same_store(self, other: object) -> bool:
+        """True when ``other`` writes to the same place (so one archive serves both)."""
+        ...
+
+
+# -- serialization ----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Serde(Protocol):
+    """Turns objects into record payloads and back (``AvroSerde`` is one)."""
+
+    def encode(self, obj: Any, *, stream: str) -> bytes:
+        """The payload for ``obj``; raises ``SerializationError`` when it cannot."""
+        ...
+
+    def decode(self, data: bytes, *, stream: str, partition: int | None, offset: int | None) -> Any:
+        """The object in ``data``; raises ``SerializationError`` naming the record's place."""
+        ...
+
+
+class Compatibility(enum.Enum):
+    """What a new schema version must be able to do (Confluent's levels and names).
+
+    BACKWARD: the new schema reads data written with the latest one (consumers upgrade first).
+    FORWARD: the latest schema reads data written with the new one (producers upgrade first).
+    FULL: both. NONE: no check. ``*_TRANSITIVE``: against every version, not only the latest.
+    """
+
+    BACKWARD = "BACKWARD"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD = "FORWARD"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL = "FULL"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+    NONE = "NONE"
+
+    @classmethod
+    def of(cls, level: Compatibility | str) -> Compatibility:
+        """Accept a member or its name (any case).
+
+        Raises:
+            ValueError: ``level`` names no compatibility level.
+        """
+        if isinstance(level, Compatibility):
+            return level
+        try:
+            return cls(str(level).upper())
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise ValueError(f"compatibility level {level!r} is not one of {names}") from None
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """One version of a subject."""
+
+    subject: str
+    version: int
+    schema_id: int
+    schema: str
+
+
+@runtime_checkable
+class SchemaRegistry(Protocol):
+    """What ``AvroSerde`` needs from a registry."""
+
+    def register(self, subject: str, schema: Any) -> int:
+        """Register ``schema`` under ``subject`` (idempotent) and return its global id.
+
+        Raises:
+            SchemaIncompatibleError: The schema breaks the subject's compatibility level.
+        """
+        ...
+
+    def get_schema(self, schema_id: int) -> str:
+        """Return the schema text of ``schema_id``.
+
+        Raises:
+            SchemaNotFoundError: No schema has this id.
+        """
+        ...
+
+    def latest(self, subject: str) -> RegisteredSchema | None:
+        """Return the subject's latest version, or ``None`` when it has none."""
+        ...
+
+    def compatibility(self, subject: str) -> Compatibility:
+        """Return the subject's compatibility level (BACKWARD unless set)."""
+        ...
+
+    def set_compatibility(self, subject: str, level: Compatibility | str) -> None:
+        """Set the subject's compatibility level."""
+        ...
+
+
+# -- durable clients --------------------------------------------------------------------------
+
+ClaimState = Literal["new", "resumed", "expired"]
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds (the durable registry's clock)."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class DurableClient:
+    """One durable registry row.
+
+    Attributes:
+        durable_id: The client's durable id.
+        group_id: Its Kafka consumer group (where its position lives).
+        streams: The streams it has read.
+        timeout_s: How long it may stay away before it is forgotten.
+        created_ms: When it first connected.
+        last_seen_ms: When it was last seen connected (renewed while connected).
+        connected: It holds a claim whose lease had not lapsed when the row was read.
+        owner: The claim's owner token (``None`` when released).
+        lease_until_ms: When the claim lapses unless renewed.
+        connections: How many times it has connected.
+        marker_ms: When the latest marker was taken.
+        markers: The latest marker: stream -> partition -> end offset.
+    """
+
+    durable_id: str
+    group_id: str
+    streams: tuple[str, ...]
+    timeout_s: float
+    created_ms: int
+    last_seen_ms: int
+    connected: bool
+    owner: str | None
+    lease_until_ms: int | None
+    connections: int
+    marker_ms: int | None
+    markers: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def away_s(self, at_ms: int | None = None) -> float:
+        """Seconds since the client was last seen (0 while it is connected)."""
+        if self.connected:
+            return 0.0
+        return max(0, (at_ms if at_ms is not None else now_ms()) - self.last_seen_ms) / 1000
+
+    def expired(self, at_ms: int | None = None) -> bool:
+        """True when the client is not connected and has been away past its timeout."""
+        return not self.connected and self.away_s(at_ms) > self.timeout_s
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of ``DurableRegistry.register``: the row now held and what it was before.
+
+    Attributes:
+        client: The registry row after the claim.
+        state: ``"new"`` (never seen or unregistered), ``"resumed"`` (its queue was kept) or
+            ``"expired"`` (away past its timeout: its queue must be dropped).
+        previous: The row before the claim, ``None`` for a new client.
+    """
+
+    client: DurableClient
+    state: ClaimState
+    previous: DurableClient | None
+
+
+@runtime_checkable
+class DurableRegistry(Protocol):
+    """Who is durable, who is connected, and when each was last seen (GemFire's server side).
+
+    A durable client (GemFire's term: a subscriber whose queue outlives its connection) claims
+    its id here with a lease while connected; ``bolide.stores.DurableRegistry`` keeps the rows
+    in SQL.
+    """
+
+    def register(
+        self,
+        durable_id: str,
+        *,
+        group_id: str,
+        stream: str,
+        timeout_s: float,
+        owner: str,
+        lease_ms: int,
+    ) -> Claim:
+        """Claim ``durable_id`` for ``owner``; raises ``DurableClientBusyError`` when held."""
+        ...
+
+    def touch(self, durable_id: str, owner: str, lease_ms: int) -> bool:
+        """Renew the claim and last-seen time; ``False`` when ``owner`` no longer holds it."""
+        ...
+
+    def mark(self, durable_id: str, stream: str, marker: Mapping[int, int]) -> None:
+        """Store the marker of the latest connect."""
+        ...
+
+    def release(self, durable_id: str, owner: str) -> bool:
+        """Give up the claim, keeping the client (its queue)."""
+        ...
+
+    def unregister(self, durable_id: str, owner: str | None = None) -> bool:
+        """Forget the client."""
+        ...
+
+    def expire(self, at_ms: int | None = None) -> list[DurableClient]:
+        """Forget every client away past its timeout; return them."""
+        ...
+
+    def close(self) -> None:
+        """Release what the registry holds."""
+        ...
+
+
+# -- plugins ----------------------------------------------------------------------------------
+
+#: Entry-point groups: implementations built from a URL or a store object.
+SCHEMA_REGISTRIES = "bolide.schema_registries"
+DURABLE_REGISTRIES = "bolide.durable_registries"
+
+
+def open_plugin(group: str, source: object) -> Any:
+    """Build ``source`` (a URL, or a store object) into the first implementation registered in
+    the entry-point ``group`` that accepts it.
+
+    Raises:
+        TypeError: No installed implementation accepts ``source``.
+    """
+    refused = []
+    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
+        factory = entry.load()
+        try:
+            return factory(source)
+        except (TypeError, ValueError) as exc:
+            refused.append(f"{entry.name}: {exc}")
+    detail = "; ".join(refused) or "none is installed (pip install bolide)"
+    raise TypeError(f"no {group} implementation accepts a {type(source).__name__}: {detail}")
