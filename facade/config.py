@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from bolide.facade.errors import InvalidInitialOffsetSchemeError
 from bolide.facade.ports import HistoryStore
 from bolide.facade.redaction import redact, redact_url
+from bolide.facade.validate import check_int, check_seconds
 
 if TYPE_CHECKING:
     pass
@@ -171,17 +172,6 @@ def check_eager(source: str, settings: Mapping[str, Any]) -> None:
         )
 
 
-def _positive_int(
-    name: str, value: object, *, minimum: int = 1, maximum: int | None = None
-) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig:
     """A stream and its topic.
@@ -218,10 +208,10 @@ class StreamConfig:
             raise ValueError(
                 f"name {self.name!r} is not a valid topic name (1-249 of [A-Za-z0-9._-])"
             )
-        _positive_int("partitions", self.partitions)
-        _positive_int("replication_factor", self.replication_factor)
+        check_int("partitions", self.partitions, minimum=1)
+        check_int("replication_factor", self.replication_factor, minimum=1)
         if self.min_insync_replicas is not None:
-            _positive_int("min_insync_replicas", self.min_insync_replicas)
+            check_int("min_insync_replicas", self.min_insync_replicas, minimum=1)
         if not isinstance(self.global_order, bool):
             raise TypeError("global_order must be a bool")
         if self.global_order and self.partitions != 1:
@@ -232,9 +222,9 @@ class StreamConfig:
         for name in ("retention_ms", "retention_bytes"):
             value = getattr(self, name)
             if value is not None:
-                _positive_int(name, value, minimum=-1)
+                check_int(name, value, minimum=-1)
         if self.capacity is not None:
-            _positive_int("capacity", self.capacity)
+            check_int("capacity", self.capacity, minimum=1)
             if self.store is None:
                 raise ValueError("capacity needs a store: records past capacity go to history")
         if self.store is not None and not isinstance(self.store, HistoryStore):
@@ -344,8 +334,8 @@ class SubscriberConfig:
                 raise TypeError(f"{hook} must be callable")
         if not isinstance(self.initial_offset_scheme, InitialOffsetScheme):
             raise TypeError("initial_offset_scheme must be an InitialOffsetScheme")
-        _positive_int("lease_timeout_ms", self.lease_timeout_ms, minimum=1_000)
-        _positive_int("max_batch", self.max_batch, maximum=MAX_BATCH)
+        check_int("lease_timeout_ms", self.lease_timeout_ms, minimum=1_000)
+        check_int("max_batch", self.max_batch, minimum=1, maximum=MAX_BATCH)
         if self.error_handler is not None and not callable(self.error_handler):
             raise TypeError("error_handler must be callable")
         object.__setattr__(
@@ -357,12 +347,7 @@ class SubscriberConfig:
                 raise ValueError("durable_id must be a non-empty string")
             if self.group is not None:
                 raise ValueError("durable_id and group contradict: a durable client has its own")
-        if isinstance(self.durable_timeout_s, bool) or not isinstance(
-            self.durable_timeout_s, int | float
-        ):
-            raise TypeError("durable_timeout_s must be a number of seconds")
-        if self.durable_timeout_s <= 0:
-            raise ValueError(f"durable_timeout_s must be > 0, got {self.durable_timeout_s}")
+        check_seconds("durable_timeout_s", self.durable_timeout_s)
         if not self.grouped and self.initial_offset_scheme is InitialOffsetScheme.NONE:
             raise InvalidInitialOffsetSchemeError(
                 "initial_offset_scheme NONE is illegal for an ungrouped subscriber",

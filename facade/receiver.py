@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from bolide.facade.errors import DurableClientBusyError
 from bolide.facade.record import Record
+from bolide.facade.validate import check_int
 
 if TYPE_CHECKING:
     from bolide.facade.subscriber import Subscriber
@@ -41,10 +42,7 @@ class Receiver:
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
-        if isinstance(poll_timeout_ms, bool) or not isinstance(poll_timeout_ms, int):
-            raise TypeError("poll_timeout_ms must be an int")
-        if poll_timeout_ms < 0:
-            raise ValueError(f"poll_timeout_ms must be >= 0, got {poll_timeout_ms}")
+        check_int("poll_timeout_ms", poll_timeout_ms)
         self._subscriber = subscriber
         self._handler = handler
         self._poll_timeout_ms = poll_timeout_ms

@@ -48,6 +48,7 @@ from bolide.facade.kafka import (
 from bolide.facade.receiver import Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
+from bolide.facade.validate import check_int
 
 __all__ = ["Subscriber"]
 
@@ -55,22 +56,6 @@ log = logging.getLogger(__name__)
 
 _EARLIEST, _LATEST = -2, -1  # symbolic positions resolved per partition
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
-
-
-def _check_timeout(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int of milliseconds, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
-
-
-def _check_offset(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 class Subscriber(Closing):
@@ -361,7 +346,7 @@ class Subscriber(Closing):
         A grouped subscriber that gains the lease during the wait returns its records in the
         same call.
         """
-        _check_timeout("timeout_ms", timeout_ms)
+        check_int("timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
         first = True
         while True:
@@ -664,7 +649,7 @@ class Subscriber(Closing):
         """
         if self.grouped:
             raise IllegalSubscriberStateError("seek is for ungrouped subscribers only")
-        _check_offset("offset", offset)
+        check_int("offset", offset)
         p = self._partition_arg(partition)
         with self._lock:
             self._check_open()
@@ -701,7 +686,7 @@ class Subscriber(Closing):
         if offset is None:
             targets = dict(self._last_read)
         else:
-            _check_offset("offset", offset)
+            check_int("offset", offset)
             p = self._partition_arg(partition)
             last = self._last_read.get(p)
             if last is None or offset > last:
@@ -833,7 +818,7 @@ class Subscriber(Closing):
                     f"partition is required: {self.topic!r} has {self.partitions} partitions"
                 )
             return 0
-        _check_offset("partition", partition)
+        check_int("partition", partition)
         if partition >= self.partitions:
             raise ValueError(f"partition {partition} does not exist in {self.topic!r}")
         return partition

@@ -29,6 +29,7 @@ from bolide.facade.kafka import (
 )
 from bolide.facade.ports import ArchiveStore, HistoryStore
 from bolide.facade.record import Record, record_from_message
+from bolide.facade.validate import check_int
 from bolide.stores._capacity import require_delete_records, trim
 from bolide.stores.typed_archive import write_typed
 
@@ -134,8 +135,7 @@ class Archiver:
                 raise ValueError(f"stream {stream.name!r} has another store than the archiver's")
         if not isinstance(group, str) or not group:
             raise ValueError("group must be a non-empty string")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_int("batch_size", batch_size, minimum=1)
         if progress is not None and not callable(progress):
             raise TypeError("progress must be callable")
         if error_handler is not None and not callable(error_handler):

@@ -24,6 +24,7 @@ from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.ports import Closing
 from bolide.facade.record import Record, group_from_headers
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
+from bolide.facade.validate import check_int
 from bolide.stores import _migrate
 
 # Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
@@ -71,10 +72,7 @@ class SqlStore(Closing):
         self._url = _parse_url(url)
         rendered = self._url.render_as_string(hide_password=False)
         self._secrets = [str(self._url.password or ""), *url_secrets(rendered)]
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise TypeError("busy_timeout_ms must be an int")
-        if busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        check_int("busy_timeout_ms", busy_timeout_ms)
         self._check_schema = check_schema
         self._schema_ok = False
         self._lock = threading.Lock()
@@ -236,9 +234,9 @@ class SqlStore(Closing):
             StoreError: The database failed.
         """
         _check_stream(stream)
-        _check_int("partition", partition)
-        _check_int("from_offset", from_offset)
-        _check_int("limit", limit)
+        check_int("partition", partition)
+        check_int("from_offset", from_offset)
+        check_int("limit", limit)
         if limit == 0:
             return []
         self._ready()
@@ -285,7 +283,7 @@ class SqlStore(Closing):
 
     def _edge(self, fn: Any, stream: str, partition: int) -> int | None:
         _check_stream(stream)
-        _check_int("partition", partition)
+        check_int("partition", partition)
         self._ready()
         r = RECORDS.c
         query = sa.select(fn(r.kafka_offset)).where(
@@ -455,14 +453,6 @@ def _check_stream(stream: object) -> str:
     return stream
 
 
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
-
-
 def _rows(stream: str, records: Iterable[Record]) -> list[_Row]:
     """Turn records into insert rows, first occurrence of a (partition, offset) winning."""
     if isinstance(records, Record) or not isinstance(records, Iterable):
@@ -475,8 +465,8 @@ def _rows(stream: str, records: Iterable[Record]) -> list[_Row]:
             raise ValueError(f"records: {rec!r} has no partition/offset; publish it first")
         if rec.stream is not None and rec.stream != stream:
             raise ValueError(f"records: {rec!r} belongs to stream {rec.stream!r}, not {stream!r}")
-        _check_int("record partition", rec.partition)
-        _check_int("record offset", rec.offset)
+        check_int("record partition", rec.partition)
+        check_int("record offset", rec.offset)
         rows.setdefault(
             (rec.partition, rec.offset),
             (

@@ -39,6 +39,7 @@ from bolide.facade.resequencer.state import (
     ResequencerMetrics,
     Track,
 )
+from bolide.facade.validate import check_int, check_seconds
 
 __all__ = ["DeadLetterHandler", "Reason", "Resequencer", "ResequencerMetrics", "publish_sequence"]
 
@@ -87,14 +88,8 @@ class Resequencer:
     ) -> None:
         if mode not in ("batch", "stream"):
             raise ValueError(f"mode must be 'batch' or 'stream', got {mode!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
-            raise TypeError("timeout_s must be a number of seconds")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise TypeError("capacity must be an int")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        check_seconds("timeout_s", timeout_s)
+        check_int("capacity", capacity, minimum=1)
         if on_timeout not in ("release", "dead_letter"):
             raise ValueError(f"on_timeout must be 'release' or 'dead_letter', got {on_timeout!r}")
         if dead_letter is not None and not (
