@@ -16,7 +16,7 @@ from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.record import GROUP_HEADER, Record
+from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
 
 __all__ = ["PublishCallback", "Publisher"]
 
@@ -149,8 +149,8 @@ class Publisher(Closing):
         headers: Any = rec.headers or None
         if rec.group is not None:
             # One group header, even for a record that was read and is published again.
-            headers = [h for h in rec.headers if h[0] != GROUP_HEADER]
-            headers.append((GROUP_HEADER, rec.group.encode()))
+            headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
+            headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
         # Tracked before produce: its report may be served on the poller thread at once.
         self._outstanding.add(delivery)
         while True:

@@ -23,7 +23,7 @@ from bolide.facade.errors import ResequencerFullError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import (
-    GROUP_HEADER,
+    SEQUENCE_GROUP_HEADER,
     Invalid,
     Reason,
     publish_sequence,
@@ -413,7 +413,7 @@ class Resequencer:
         try:
             raw.decode()  # once per group: the group id must be UTF-8
         except UnicodeDecodeError:
-            detail = f"{GROUP_HEADER} is not UTF-8: {raw[:40]!r}"
+            detail = f"{SEQUENCE_GROUP_HEADER} is not UTF-8: {raw[:40]!r}"
             self._reject(record, Reason.MALFORMED, detail, track, dead)
             return None
         if self._batch and size > self.capacity:
