@@ -69,7 +69,8 @@ class Record:
         data: The payload bytes.
         key: The Kafka key; defaults to the group id when ``group`` is set.
         headers: A dict or a list of ``(str, bytes)`` pairs (repeated names allowed).
-        group: Message group id (HornetQ's JMSXGroupID); becomes the Kafka key.
+        group: Message group id (HornetQ's JMSXGroupID): becomes the Kafka key, so one member
+            of a subscriber group reads the group in order (docs/concepts.md, glossary).
 
     After publishing or polling, ``offset``, ``partition`` and ``timestamp_ms`` are set.
     Durable replays set ``replayed``; a serde sets ``value`` to the decoded object.

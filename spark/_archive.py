@@ -36,7 +36,7 @@ _ARCHIVE_SCHEMA = (
 
 
 def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
-    """Records (stream, partition, offset, timestamp, message group) from Kafka-schema Arrow rows."""
+    """Records (with stream, position, timestamp, message group) from Kafka-schema Arrow rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -1,4 +1,4 @@
-"""Resequencing in Structured Streaming: per-group state with ``applyInPandasWithState``.
+"""Resequencing in Structured Streaming: per-sequence-group state with ``applyInPandasWithState``.
 
 The rules are the facade Resequencer's (``bolide.facade.resequencer.core``): a group is its id
 within one topic partition; headers are parsed by ``parse_sequence`` (numbers 0-based); batch

@@ -1,4 +1,4 @@
-"""Sequence headers: what marks a record as part of a resequenced group, and how to stamp it.
+"""Sequence headers: what marks a record as part of a sequence group, and how to stamp it.
 
 A resequenced record carries three headers (all UTF-8 / ASCII text, so raw consumers and Spark
 can read them):
