@@ -196,7 +196,7 @@ def group_from_headers(headers: Headers) -> str | None:
     return None
 
 
-_new = object.__new__
+_new = object.__new__  # bound once: one attribute lookup fewer per record read
 
 
 def trusted_record(
@@ -212,9 +212,17 @@ def trusted_record(
 
     The one constructor for records read back from Kafka, the SQL history or Spark: their
     values came from a broker or our own tables, so the checks and copies of ``Record()`` are
-    skipped (reads are hot). Every slot is set; ``group`` comes from the ``bolide.group`` header.
-    Callers must pass ``bytes`` (not ``memoryview``) and ``(str, bytes)`` header pairs, and
-    must not share ``headers`` with another record.
+    skipped (reads are hot). Every slot is set: ``group`` from the ``bolide.group`` header,
+    ``replayed`` false, ``value`` none.
+
+    Args:
+        data: The payload, as ``bytes`` (not a ``memoryview``).
+        key: The Kafka key, as ``bytes`` or ``None``.
+        headers: ``(str, bytes)`` pairs; the record owns the list from now on.
+        stream: The stream (topic) name.
+        partition: The partition.
+        offset: The Kafka offset.
+        timestamp_ms: The record's timestamp in epoch milliseconds.
     """
     record: Record = _new(Record)
     record.data = data
