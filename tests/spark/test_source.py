@@ -18,8 +18,8 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.spark import KAFKA_SCHEMA, kafka_options, register
-from bolide.spark._reader import SourceOptions, cap_offsets, cluster_source_options
+from bolide.spark import KAFKA_SCHEMA, cluster_source_options, kafka_options, register
+from bolide.spark._reader import SourceOptions, cap_offsets
 from bolide.stores import SqlStore
 from tests.conftest import eventually
 from tests.facade.test_sparse_offsets import publish_transactions
