@@ -132,7 +132,7 @@ def client_backlog(cluster: Cluster, client: DurableClient) -> dict[str, dict[in
                 continue
             parts = range(count)
             ends = log_ends(cluster, stream, parts)
-            starts = log_starts(consumer, stream, parts)
+            starts = log_starts(consumer, stream, parts, cluster=cluster)
             committed = consumer.committed([TopicPartition(stream, p) for p in parts], timeout=10)
             out[stream] = {}
             for tp in committed:

@@ -204,7 +204,7 @@ class Subscriber(Closing):
 
     def _assign_all(self, positions: dict[int, int]) -> None:
         """Assign Kafka partitions at ``positions``, splicing history for what Kafka dropped."""
-        starts = log_starts(self._consumer, self.topic, positions)
+        starts = log_starts(self._consumer, self.topic, positions, cluster=self.cluster)
         assignment: list[TopicPartition] = []
         paused: list[TopicPartition] = []
         for partition, wanted in positions.items():
@@ -594,7 +594,7 @@ class Subscriber(Closing):
 
     def _handle_out_of_range(self, partition: int, offset: int | None) -> None:
         """Kafka says a position is out of range: below the log start, or past the end."""
-        start = log_starts(self._consumer, self.topic, [partition])[partition]
+        start = log_starts(self._consumer, self.topic, [partition], cluster=self.cluster)[partition]
         position = offset if offset is not None and offset >= 0 else start
         if position < start:
             self._assign_one(partition, position)
