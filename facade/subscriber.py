@@ -110,12 +110,12 @@ class Subscriber(Closing):
             cluster,
             config,
             self._consumer,
-            self._assigned,
-            self._positions,
-            self._durable,
-            self._report,
-            self._lease_expired,
-            self._pending,
+            assigned=self._assigned,
+            positions=self._positions,
+            durable=self._durable,
+            report=self._report,
+            lease_expired=self._lease_expired,
+            pending=self._pending,
         )
         try:
             if self._durable is not None:
