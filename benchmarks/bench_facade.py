@@ -170,6 +170,47 @@ def bolide_publish(cluster: Cluster, stream: StreamConfig, payload: bytes, count
     return count / elapsed
 
 
+def bolide_publish_many(
+    cluster: Cluster, stream: StreamConfig, payload: bytes, count: int, batch: int = 1000
+) -> float:
+    """Records/s with ``publish_many``: one future per ``batch`` records."""
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(payload))
+        futures: list[Future[list[int]]] = []
+        start = time.perf_counter()
+        for first in range(0, count, batch):
+            size = min(batch, count - first)
+            futures.append(pub.publish_many([Record(payload) for _ in range(size)]))
+        pub.flush(_PHASE_TIMEOUT_S)
+        futures[-1].result(_PHASE_TIMEOUT_S)
+        elapsed = time.perf_counter() - start
+        done, pending = wait(futures, timeout=_PHASE_TIMEOUT_S)
+    if pending or any(f.exception() is not None for f in done):
+        raise RuntimeError(f"bolide publish_many: {len(pending)} batches unacknowledged")
+    return count / elapsed
+
+
+def bolide_produce(cluster: Cluster, stream: StreamConfig, payload: bytes, count: int) -> float:
+    """Records/s with ``produce`` and a delivery callback (no future per record)."""
+    acked = 0
+
+    def on_delivery(offset: int | None, error: BaseException | None) -> None:
+        nonlocal acked
+        if error is None:
+            acked += 1
+
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(payload))
+        start = time.perf_counter()
+        for _ in range(count):
+            pub.produce(Record(payload), on_delivery)
+        pub.flush(_PHASE_TIMEOUT_S)
+        elapsed = time.perf_counter() - start
+    if acked != count:
+        raise RuntimeError(f"bolide produce: {acked} of {count} records acknowledged")
+    return count / elapsed
+
+
 def raw_poll(cluster: Cluster, topic: str, total: int) -> float:
     """Records/s reading ``total`` records from the start of the topic with ``consume``."""
     consumer = _raw_consumer(cluster, topic, OFFSET_BEGINNING)
@@ -203,26 +244,38 @@ def bolide_poll(cluster: Cluster, stream: StreamConfig, total: int) -> float:
         return total / (time.perf_counter() - start)
 
 
-def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> tuple[Row, Row]:
+def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> list[Row]:
     """Best-of-``repeat`` publish and poll throughput, raw and bolide runs alternating."""
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    best = {"raw_pub": 0.0, "bolide_pub": 0.0, "raw_poll": 0.0, "bolide_poll": 0.0}
+    best = {
+        "raw_pub": 0.0,
+        "bolide_pub": 0.0,
+        "bolide_many": 0.0,
+        "bolide_produce": 0.0,
+        "raw_poll": 0.0,
+        "bolide_poll": 0.0,
+    }
     for _ in range(repeat):
         raw_stream = _fresh_topic(cluster, "raw")
-        bolide_stream = _fresh_topic(cluster, "bolide")
         best["raw_pub"] = max(
             best["raw_pub"], raw_publish(cluster, raw_stream.name, payload, count)
         )
-        best["bolide_pub"] = max(
-            best["bolide_pub"], bolide_publish(cluster, bolide_stream, payload, count)
-        )
+        for key, publish in (
+            ("bolide_pub", bolide_publish),
+            ("bolide_many", bolide_publish_many),
+            ("bolide_produce", bolide_produce),
+        ):
+            rate = publish(cluster, _fresh_topic(cluster, "bolide"), payload, count)
+            best[key] = max(best[key], rate)
         # Both read the same topic (count + 1 warm-up record each).
         best["raw_poll"] = max(best["raw_poll"], raw_poll(cluster, raw_stream.name, count + 1))
         best["bolide_poll"] = max(best["bolide_poll"], bolide_poll(cluster, raw_stream, count + 1))
-    return (
+    return [
         Row("publish", size, "records/s", best["raw_pub"], best["bolide_pub"], True),
+        Row("publish_many", size, "records/s", best["raw_pub"], best["bolide_many"], True),
+        Row("produce", size, "records/s", best["raw_pub"], best["bolide_produce"], True),
         Row("poll", size, "records/s", best["raw_poll"], best["bolide_poll"], True),
-    )
+    ]
 
 
 # -- latency ----------------------------------------------------------------------------------

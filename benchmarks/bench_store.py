@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -40,7 +39,6 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 from bolide.stores import Archiver, SqlStore
 from bolide.stores._schema import HEADERS, RECORDS
 
@@ -201,27 +199,17 @@ def spliced_read(
 ) -> tuple[float, float]:
     """Best records/s of a plain Kafka read and of a spliced read of the same archived topic.
 
-    The spliced reader sees Kafka's log start raised to half the topic (through the log-start
-    seam, since the embedded broker never trims), so it reads the first half from SQL.
+    The spliced reader's cluster takes Kafka's log start to be half the topic (its
+    ``log_start_overrides``, since the embedded broker never trims), so it reads the first half
+    from SQL.
     """
-    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
-        seam = Path(tmp) / "log-starts.json"
-        seam.write_text(json.dumps({topic: {"0": count // 2}}))
-        previous = os.environ.get(LOG_START_OVERRIDES_ENV)
-        plain = StreamConfig(name=topic)
-        spliced = StreamConfig(name=topic, store=store)
-        best_plain = best_spliced = 0.0
-        try:
-            for _ in range(repeat):
-                os.environ.pop(LOG_START_OVERRIDES_ENV, None)
-                best_plain = max(best_plain, _read_all(cluster, plain, count))
-                os.environ[LOG_START_OVERRIDES_ENV] = str(seam)
-                best_spliced = max(best_spliced, _read_all(cluster, spliced, count))
-        finally:
-            if previous is None:
-                os.environ.pop(LOG_START_OVERRIDES_ENV, None)
-            else:
-                os.environ[LOG_START_OVERRIDES_ENV] = previous
+    trimmed = cluster.replace(log_start_overrides={topic: {0: count // 2}})
+    plain = StreamConfig(name=topic)
+    spliced = StreamConfig(name=topic, store=store)
+    best_plain = best_spliced = 0.0
+    for _ in range(repeat):
+        best_plain = max(best_plain, _read_all(cluster, plain, count))
+        best_spliced = max(best_spliced, _read_all(trimmed, spliced, count))
     return best_plain, best_spliced
 
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -79,9 +80,27 @@ class EmbeddedBroker:
         """``host:port`` of the broker."""
         return f"{self.host}:{self.port}"
 
-    def cluster(self, **overrides: Any) -> Cluster:
-        """A ``Cluster`` pointed at this broker, with a window for its fetch skips."""
+    def cluster(
+        self,
+        *,
+        log_start_overrides: Mapping[str, Mapping[int, int]] | None = None,
+        **overrides: Any,
+    ) -> Cluster:
+        """A ``Cluster`` pointed at this broker, with a window for its fetch skips.
+
+        Args:
+            log_start_overrides: ``{topic: {partition: offset}}``: emulate retention. This
+                broker never deletes records, so a log start is raised here instead:
+                ``broker.cluster(log_start_overrides={"orders": {0: 10}})`` makes every client
+                of the returned ``Cluster`` (subscribers, archivers, Spark jobs) take partition
+                0 of ``orders`` to start at offset 10, so what lies below comes from the history
+                store (the splice) or is reported as a stale read. It only raises a start.
+            **overrides: ``Cluster`` settings over the broker's (librdkafka names, or
+                ``fetch_gap_settle_ms``).
+        """
         settings = {"fetch_gap_settle_ms": FETCH_GAP_SETTLE_MS, **self._overrides, **overrides}
+        if log_start_overrides is not None:
+            settings["log_start_overrides"] = log_start_overrides
         return Cluster(self.bootstrap_servers, **settings)
 
     @property

@@ -71,6 +71,33 @@ def _check_settings(name: str, settings: Mapping[str, Any] | None) -> dict[str, 
     return out
 
 
+def _check_log_starts(
+    overrides: Mapping[str, Mapping[int, int]] | None,
+) -> dict[str, dict[int, int]]:
+    """``log_start_overrides`` as a plain copy: topic names, partitions and offsets checked."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise TypeError("log_start_overrides must be a mapping {topic: {partition: offset}}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, starts in overrides.items():
+        if not isinstance(topic, str):
+            raise TypeError(f"log_start_overrides: topic names must be str, got {topic!r}")
+        if not _TOPIC.match(topic):
+            raise ValueError(f"log_start_overrides: {topic!r} is not a topic name")
+        if not isinstance(starts, Mapping):
+            raise TypeError(
+                f"log_start_overrides[{topic!r}] must be a mapping {{partition: offset}}"
+            )
+        out[topic] = {
+            check_int(f"log_start_overrides[{topic!r}] partition", p): check_int(
+                f"log_start_overrides[{topic!r}][{p!r}]", offset
+            )
+            for p, offset in starts.items()
+        }
+    return out
+
+
 class Cluster:
     """Connection settings shared by every client talking to one Kafka cluster.
 
@@ -80,16 +107,26 @@ class Cluster:
             reader takes it for a real gap (transaction markers, compaction) rather than a
             fetch answered before an earlier batch was visible. ``0`` (Apache Kafka) checks
             once; the embedded broker needs a window (docs/compatibility.md).
+        log_start_overrides: ``{topic: {partition: offset}}``: the first offset Kafka is
+            taken to hold, at least (``bolide.facade.kafka.log_starts`` answers the larger of
+            this and the broker's). It emulates retention on a broker that never deletes
+            records; set it through ``EmbeddedBroker.cluster(log_start_overrides=...)``.
+            Not a librdkafka setting: never part of ``client_config()``.
         **overrides: Any librdkafka setting, by its dotted name, passed to every client
             (``**{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}``).
 
     Secret settings (passwords, keys) never appear in ``repr`` or logs.
     """
 
-    __slots__ = ("_settings", "bootstrap_servers", "fetch_gap_settle_ms")
+    __slots__ = ("_log_start_overrides", "_settings", "bootstrap_servers", "fetch_gap_settle_ms")
 
     def __init__(
-        self, bootstrap_servers: str, *, fetch_gap_settle_ms: int = 0, **overrides: Any
+        self,
+        bootstrap_servers: str,
+        *,
+        fetch_gap_settle_ms: int = 0,
+        log_start_overrides: Mapping[str, Mapping[int, int]] | None = None,
+        **overrides: Any,
     ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise ValueError("bootstrap_servers must be a non-empty 'host:port' string")
@@ -106,11 +143,28 @@ class Cluster:
             raise ValueError("bootstrap_servers: pass it as the first argument, not an override")
         self.bootstrap_servers = bootstrap_servers.strip()
         self._settings = _check_settings("Cluster overrides", overrides)
+        self._log_start_overrides = _check_log_starts(log_start_overrides)
 
     @property
     def settings(self) -> dict[str, Any]:
         """The librdkafka passthrough settings (a copy; secrets included)."""
         return dict(self._settings)
+
+    @property
+    def log_start_overrides(self) -> dict[str, dict[int, int]]:
+        """``{topic: {partition: offset}}``: log starts assumed on top of the broker's (a copy)."""
+        return {topic: dict(starts) for topic, starts in self._log_start_overrides.items()}
+
+    def replace(self, **changes: Any) -> Cluster:
+        """A copy with ``changes`` applied, like ``dataclasses.replace``: ``bootstrap_servers``,
+        ``fetch_gap_settle_ms``, ``log_start_overrides`` or librdkafka settings."""
+        current: dict[str, Any] = {
+            "fetch_gap_settle_ms": self.fetch_gap_settle_ms,
+            "log_start_overrides": self._log_start_overrides,
+            **self._settings,
+        }
+        bootstrap = changes.pop("bootstrap_servers", self.bootstrap_servers)
+        return Cluster(bootstrap, **{**current, **changes})
 
     def client_config(self, *layers: Mapping[str, Any] | None) -> dict[str, Any]:
         """Build a librdkafka config: bootstrap servers, cluster overrides, then ``layers``."""
@@ -123,16 +177,24 @@ class Cluster:
 
     def __repr__(self) -> str:
         settle = self.fetch_gap_settle_ms
-        settle_part = f", fetch_gap_settle_ms={settle}" if settle else ""
-        return f"Cluster({self.bootstrap_servers!r}, {redact(self._settings)!r}{settle_part})"
+        extra = f", fetch_gap_settle_ms={settle}" if settle else ""
+        if self._log_start_overrides:
+            extra += f", log_start_overrides={self._log_start_overrides!r}"
+        return f"Cluster({self.bootstrap_servers!r}, {redact(self._settings)!r}{extra})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cluster):
             return NotImplemented
-        return (self.bootstrap_servers, self._settings, self.fetch_gap_settle_ms) == (
+        return (
+            self.bootstrap_servers,
+            self._settings,
+            self.fetch_gap_settle_ms,
+            self._log_start_overrides,
+        ) == (
             other.bootstrap_servers,
             other._settings,
             other.fetch_gap_settle_ms,
+            other._log_start_overrides,
         )
 
     def __hash__(self) -> int:

@@ -7,9 +7,7 @@ confirms the end by reading forward from the reported one until the fetch says e
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -193,24 +191,6 @@ def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:
     )
 
 
-#: Names a JSON file ``{"topic": {"partition": offset}}`` of log starts to assume. A broker that
-#: never trims its log (the embedded one) can then stand in for one that has, across processes
-#: (Spark's Python workers included). It can only raise a log start, never lower it.
-LOG_START_OVERRIDES_ENV = "BOLIDE_LOG_START_OVERRIDES"
-
-
-def _log_start_overrides(topic: str) -> dict[int, int]:
-    path = os.environ.get(LOG_START_OVERRIDES_ENV)
-    if not path:
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return {}
-    return {int(p): int(o) for p, o in data.get(topic, {}).items()}
-
-
 def _watermarks(
     consumer: Consumer, topic: str, partition: int, timeout_s: float, *, cached: bool
 ) -> tuple[int, int]:
@@ -229,9 +209,15 @@ def _watermarks(
     return int(low), int(high)
 
 
-def log_starts(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """First offset Kafka still holds, per partition (the one place that asks the broker)."""
-    overrides = _log_start_overrides(topic)
+def log_starts(
+    consumer: Consumer, topic: str, partitions: Iterable[int], *, cluster: Cluster
+) -> dict[int, int]:
+    """First offset Kafka still holds, per partition (the one place that asks the broker).
+
+    ``consumer`` talks to ``cluster``, whose ``log_start_overrides`` can raise a start (never
+    lower it): a broker that never deletes records then stands in for one that has.
+    """
+    overrides = cluster.log_start_overrides.get(topic, {})
     starts: dict[int, int] = {}
     for p in partitions:
         low = _watermarks(consumer, topic, p, _TIMEOUT_S, cached=False)[0]

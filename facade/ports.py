@@ -36,6 +36,7 @@ __all__ = [
     "RegisteredSchema",
     "SchemaRegistry",
     "Serde",
+    "TypedSerde",
     "now_ms",
     "open_plugin",
 ]
@@ -104,6 +105,20 @@ class Serde(Protocol):
 
     def decode(self, data: bytes, *, stream: str, partition: int | None, offset: int | None) -> Any:
         """The object in ``data``; raises ``SerializationError`` naming the record's place."""
+        ...
+
+
+@runtime_checkable
+class TypedSerde(Serde, Protocol):
+    """A serde whose payloads name their schema, so the archive can keep a typed table of them
+    (``AvroSerde`` is one: Confluent's header carries the schema id)."""
+
+    def payload_schema_id(self, data: bytes) -> int:
+        """The schema id ``data`` was written with; ``SerializationError`` if it names none."""
+        ...
+
+    def value_schema(self, schema_id: int) -> Any:
+        """The parsed schema the values decoded from ``schema_id`` follow."""
         ...
 
 

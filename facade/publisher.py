@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any, cast
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -29,6 +31,9 @@ _PARTITION_UNASSIGNED = -1
 
 #: Delivery errors of records that ``close`` purged from the producer.
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+#: The answer for a record refused because the publisher closed while it waited for room.
+_REFUSED = object()
 
 
 class Publisher(Closing):
@@ -78,7 +83,7 @@ class Publisher(Closing):
         self._closed = threading.Event()
         self._closing = threading.Event()
         # Records handed to the producer and not yet resolved: close fails any left over.
-        self._outstanding: set[_Delivery] = set()
+        self._outstanding: set[_Delivery | _Batch] = set()
         # publish_async calls between their closing check and their produce: close waits for
         # them, so each record is either refused or in the producer before close flushes.
         self._entering = 0
@@ -122,20 +127,77 @@ class Publisher(Closing):
             PublishError: The publisher is closed.
         """
         rec = record if type(record) is Record else self._to_record(record)
+        future: Future[int] = DeliveryFuture()  # already running: it cannot be cancelled
+        with self._accepting(rec):
+            delivery = _Delivery(self, rec, future, callback)
+            # Tracked before produce: its report may be served on the poller thread at once.
+            self._outstanding.add(delivery)
+            self._send(rec, delivery)
+        return future
+
+    def produce(self, record: Record | Any, on_delivery: PublishCallback | None = None) -> None:
+        """Publish without blocking and without a future: the cheapest path per record.
+
+        Args:
+            record: As for ``publish_async``.
+            on_delivery: ``fn(offset, None)`` on success, ``fn(None, error)`` on failure
+                (confluent-kafka's ``produce(..., on_delivery=...)``), called on the
+                publisher's delivery thread; the record is stamped with its offset first.
+
+        Raises:
+            TypeError: ``record`` is neither a Record nor something the serde encodes.
+            PublishError: The publisher is closed.
+        """
+        rec = record if type(record) is Record else self._to_record(record)
+        with self._accepting(rec):
+            delivery = _Delivery(self, rec, None, on_delivery)
+            self._outstanding.add(delivery)
+            self._send(rec, delivery)
+
+    def publish_many(self, records: Iterable[Record | Any]) -> Future[list[int]]:
+        """Publish a batch without blocking, with one future for the whole batch.
+
+        Each record is stamped with its offset as its acknowledgement arrives. The future
+        resolves to the offsets, in the order given, once every record is acknowledged; if any
+        record fails, it fails with that record's ``PublishError`` once every record of the
+        batch has its answer. Records keep their order, as with ``publish_async``.
+
+        Raises:
+            TypeError: A record is neither a Record nor something the serde encodes (nothing of
+                the batch is published).
+            PublishError: The publisher is closed (nothing of the batch is published).
+        """
+        recs = [r if type(r) is Record else self._to_record(r) for r in records]
+        future: Future[list[int]] = Future()
+        future.set_running_or_notify_cancel()  # running: it cannot be cancelled
+        if not recs:
+            future.set_result([])
+            return future
+        batch = _Batch(self, recs, future)
+        with self._accepting(recs[0]):
+            self._outstanding.add(batch)
+            for index, rec in enumerate(recs):
+                self._send(rec, partial(batch.report, index))
+        return future
+
+    @contextmanager
+    def _accepting(self, rec: Record) -> Iterator[None]:
+        """Refuse ``rec`` once closing; else let ``close`` wait until it is in the producer."""
         with self._entered:
             if self._closing.is_set():
                 raise PublishError("publisher is closed", record=rec, stream=self._topic)
             self._entering += 1
         try:
-            return self._produce(rec, callback)
+            yield
         finally:
             with self._entered:
                 self._entering -= 1
                 if not self._entering:
                     self._entered.notify_all()
 
-    def _produce(self, rec: Record, callback: PublishCallback | None) -> Future[int]:
-        future: Future[int] = DeliveryFuture()  # already running: it cannot be cancelled
+    def _send(self, rec: Record, report: Callable[[Any, Message | None], None]) -> None:
+        """Hand one record to the producer; ``report(err, msg)`` gets its answer (also a
+        refusal: the record never reaches the producer)."""
         rec.stream = self._topic
         key = rec.key
         if key is None:
@@ -143,16 +205,12 @@ class Publisher(Closing):
         if rec.group is None and self.group is not None:
             rec.group = self.group
             key = self._group_key
-        # One slotted object per record instead of a closure: fewer objects for the collector.
-        delivery = _Delivery(self, rec, future, callback)
         # Any: produce() types its headers as a list of (str, str | bytes | None) pairs.
         headers: Any = rec.headers or None
         if rec.group is not None:
             # One group header, even for a record that was read and is published again.
             headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
             headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
-        # Tracked before produce: its report may be served on the poller thread at once.
-        self._outstanding.add(delivery)
         while True:
             try:
                 self._producer.produce(
@@ -160,43 +218,41 @@ class Publisher(Closing):
                     rec.data,
                     key,
                     partition=self._partition,
-                    on_delivery=delivery,
+                    on_delivery=report,
                     headers=headers,
                 )
-                return future
+                return
             except BufferError:
                 # Back-pressure: the local queue is full. Close ends the wait: the record was
                 # never accepted, so it is refused like any record offered after close.
                 if self._closing.is_set():
-                    self._outstanding.discard(delivery)
-                    raise PublishError(
-                        "publisher is closed (it closed while the record waited for room "
-                        "in the local queue)",
-                        record=rec,
-                        stream=self._topic,
-                    ) from None
+                    report(_REFUSED, None)
+                    return
                 self._producer.poll(0.01)
             except KafkaException as exc:
-                delivery(exc.args[0], None)
-                return future
+                report(exc.args[0], None)
+                return
 
-    def _fail(
-        self, rec: Record, future: Future[int], callback: PublishCallback | None, err: Any
-    ) -> None:
+    def _error(self, rec: Record, err: Any) -> PublishError:
+        """The ``PublishError`` for a record the broker (or ``close``) did not accept."""
+        if err is _REFUSED:
+            return PublishError(
+                "publisher is closed (it closed while the record waited for room in the local "
+                "queue)",
+                record=rec,
+                stream=self._topic,
+            )
         reason = err.str() if isinstance(err, KafkaError) else str(err)
         if isinstance(err, KafkaError) and err.code() in _PURGED:
             reason = f"the publisher closed before the broker acknowledged it ({reason})"
         retriable = err.retriable() if isinstance(err, KafkaError) else None
-        error = PublishError(
+        return PublishError(
             f"publish to {self.stream.name!r} failed: {reason}",
             record=rec,
             cause=err,
             stream=self.stream.name,
             retriable=retriable,
         )
-        future.set_exception(error)
-        if callback is not None:
-            self._call(callback, None, error)
 
     @staticmethod
     def _call(callback: PublishCallback, offset: int | None, error: BaseException | None) -> None:
@@ -266,7 +322,7 @@ class Publisher(Closing):
 
 
 class _Delivery:
-    """Resolves one record's future (and callback) from its delivery report."""
+    """Resolves one record's future (if any) and callback from its delivery report."""
 
     __slots__ = ("callback", "future", "publisher", "record")
 
@@ -274,7 +330,7 @@ class _Delivery:
         self,
         publisher: Publisher,
         record: Record,
-        future: Future[int],
+        future: Future[int] | None,
         callback: PublishCallback | None,
     ) -> None:
         self.publisher = publisher
@@ -282,24 +338,78 @@ class _Delivery:
         self.future = future
         self.callback = callback
 
-    def __call__(self, err: KafkaError | None, msg: Message | None) -> None:
+    def __call__(self, err: Any, msg: Message | None) -> None:
         try:
             self.publisher._outstanding.remove(self)
         except KeyError:
             return  # already failed by close
         self.resolve(err, msg)
 
-    def resolve(self, err: KafkaError | None, msg: Message | None) -> None:
+    def resolve(self, err: Any, msg: Message | None) -> None:
         """Resolve the future and call the callback (once: the caller owns the delivery)."""
         rec = self.record
         if err is not None or msg is None:
-            self.publisher._fail(rec, self.future, self.callback, err)
+            error = self.publisher._error(rec, err)
+            if self.future is not None:
+                self.future.set_exception(error)
+            if self.callback is not None:
+                Publisher._call(self.callback, None, error)
             return
-        # A delivered message always has them; the type stubs allow None.
-        offset = cast(int, msg.offset())
+        # A delivered message always has them; the stubs allow None (no cast: a call per record).
+        offset: int = msg.offset()  # type: ignore[assignment]
         rec.offset = offset
-        rec.partition = cast(int, msg.partition())
+        rec.partition = msg.partition()
         rec.timestamp_ms = msg.timestamp()[1]
-        self.future.set_result(offset)
+        if self.future is not None:
+            self.future.set_result(offset)
         if self.callback is not None:
             Publisher._call(self.callback, offset, None)
+
+
+class _Batch:
+    """Resolves the one future of ``publish_many`` once every record has its report."""
+
+    __slots__ = ("error", "future", "lock", "offsets", "publisher", "records", "remaining")
+
+    def __init__(self, publisher: Publisher, records: list[Record], future: Future[list[int]]):
+        self.publisher = publisher
+        self.records = records
+        self.future = future
+        self.offsets = [-1] * len(records)
+        self.remaining = len(records)
+        self.error: PublishError | None = None
+        self.lock = threading.Lock()  # reports may be served on two threads at once
+
+    def report(self, index: int, err: Any, msg: Message | None) -> None:
+        """The delivery report of record ``index``."""
+        rec = self.records[index]
+        with self.lock:
+            if err is None and msg is not None:
+                offset: int = msg.offset()  # type: ignore[assignment]
+                rec.offset = self.offsets[index] = offset
+                rec.partition = msg.partition()
+                rec.timestamp_ms = msg.timestamp()[1]
+            elif self.error is None:
+                self.error = self.publisher._error(rec, err)
+            self.remaining -= 1
+            if self.remaining:
+                return
+        try:
+            self.publisher._outstanding.remove(self)
+        except KeyError:
+            return  # already failed by close
+        self._finish()
+
+    def resolve(self, err: Any, msg: Message | None) -> None:
+        """Fail what is left of the batch (``close`` found its reports missing)."""
+        with self.lock:
+            if self.error is None:
+                first = next(i for i, o in enumerate(self.offsets) if o < 0)
+                self.error = self.publisher._error(self.records[first], err)
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.offsets)

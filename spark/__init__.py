@@ -2,8 +2,8 @@
 
 ``kafka_stream``/``kafka_batch`` configure Spark's own Kafka source from bolide's config;
 ``register`` adds ``format("bolide")``, a Python source with the same schema that splices in
-the SQL history; ``archive``, ``resequence`` and ``query`` are the jobs behind
-``bolide spark <job>``.
+the SQL history (``cluster_source_options`` carries a ``Cluster``'s own fields to it);
+``archive``, ``resequence`` and ``query`` are the jobs behind ``bolide spark <job>``.
 """
 
 try:
@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - exercised without pyspark only
     ) from exc
 
 from bolide.spark._archive import load_archive
+from bolide.spark._reader import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.jobs import BatchReport, archive, query, read_stream, resequence
 from bolide.spark.kafka import (
@@ -32,6 +33,7 @@ __all__ = [
     "BolideDataSource",
     "ConnectorNotFoundError",
     "archive",
+    "cluster_source_options",
     "connector_coordinates",
     "kafka_batch",
     "kafka_options",

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -38,6 +38,7 @@ __all__ = [
     "ReadRange",
     "SourceOptions",
     "cap_offsets",
+    "cluster_source_options",
     "read_range",
 ]
 
@@ -101,6 +102,47 @@ def _spec(options: Mapping[str, str], name: str, default: str, topics: list[str]
     return raw
 
 
+def _log_starts(options: Mapping[str, str], name: str) -> dict[str, dict[int, int]]:
+    raw = options.get(name)
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(parts, dict) for parts in parsed.values()
+    ):
+        raise ValueError(f'option {name} must be JSON like {{"orders": {{"0": 10}}}}, got {raw!r}')
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in parsed.items():
+        for p, offset in parts.items():
+            if not str(p).isdigit() or isinstance(offset, bool) or not isinstance(offset, int):
+                raise ValueError(f"option {name}: {topic}[{p}]={offset!r} is not an offset")
+            if offset < 0:
+                raise ValueError(f"option {name}: {topic}[{p}]={offset} is negative")
+        out[topic] = {int(p): offset for p, offset in parts.items()}
+    return out
+
+
+def cluster_source_options(cluster: Cluster) -> dict[str, str]:
+    """The ``bolide.*`` options that carry ``cluster``'s own fields to ``format("bolide")``.
+
+    ``kafka_options`` carries the librdkafka settings; these are the rest, which Spark's
+    Python workers rebuild the ``Cluster`` from (``SourceOptions.cluster``).
+    """
+    options: dict[str, str] = {}
+    if cluster.fetch_gap_settle_ms:
+        options["bolide.fetchGapSettleMs"] = str(cluster.fetch_gap_settle_ms)
+    starts = cluster.log_start_overrides
+    if starts:
+        options["bolide.logStartOverrides"] = json.dumps(
+            {t: {str(p): o for p, o in parts.items()} for t, parts in starts.items()},
+            separators=(",", ":"),
+        )
+    return options
+
+
 @dataclass(frozen=True, repr=False)
 class SourceOptions:
     """The options of ``format("bolide")``, by the Kafka source's names, checked once.
@@ -117,6 +159,8 @@ class SourceOptions:
         store_url: ``bolide.store``: SQLAlchemy URL of the history to splice in.
         fetch_gap_settle_ms: ``bolide.fetchGapSettleMs``: the cluster's gap window
             (``Cluster(fetch_gap_settle_ms=...)``); default 0.
+        log_start_overrides: ``bolide.logStartOverrides``: the cluster's assumed log starts
+            (``Cluster.log_start_overrides``) as JSON ``{"topic": {"0": 10}}``; default none.
 
     Secrets (``kafka.sasl.password``, the store URL's password...) stay out of ``repr``.
     """
@@ -130,6 +174,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     store_url: str | None = None
     fetch_gap_settle_ms: int = 0
+    log_start_overrides: dict[str, dict[int, int]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool) -> SourceOptions:
@@ -156,7 +201,7 @@ class SourceOptions:
         ending = _spec(lowered, "endingoffsets", "latest", topics)
         if ending == "earliest":
             raise ValueError("option endingOffsets='earliest' is not valid")
-        return cls(
+        parsed = cls(
             topics=topics,
             kafka=kafka,
             starting=starting,
@@ -166,7 +211,13 @@ class SourceOptions:
             fail_on_data_loss=_flag(lowered, "failondataloss", True),
             store_url=lowered.get("bolide.store") or None,
             fetch_gap_settle_ms=_positive(lowered, "bolide.fetchgapsettlems") or 0,
+            log_start_overrides=_log_starts(lowered, "bolide.logstartoverrides"),
         )
+        try:
+            parsed.cluster()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"options do not make a Cluster: {exc}") from None
+        return parsed
 
     def __repr__(self) -> str:
         shown = {item.name: getattr(self, item.name) for item in fields(self)}
@@ -179,7 +230,12 @@ class SourceOptions:
         """The ``Cluster`` these options name."""
         settings: dict[str, Any] = dict(self.kafka)
         bootstrap = settings.pop("bootstrap.servers")
-        return Cluster(bootstrap, fetch_gap_settle_ms=self.fetch_gap_settle_ms, **settings)
+        return Cluster(
+            bootstrap,
+            fetch_gap_settle_ms=self.fetch_gap_settle_ms,
+            log_start_overrides=self.log_start_overrides,
+            **settings,
+        )
 
     def store(self) -> HistoryStore | None:
         """The history store (one per URL and process), or ``None``."""
@@ -208,9 +264,10 @@ class SourceOptions:
         """First available offset per partition: the store's first when it reaches lower."""
         if not parts:
             return {}
-        consumer = _consumer(self.cluster())
+        cluster = self.cluster()
+        consumer = _consumer(cluster)
         try:
-            starts = log_starts(consumer, topic, parts)
+            starts = log_starts(consumer, topic, parts, cluster=cluster)
         finally:
             consumer.close()
         store = self.store()
@@ -413,9 +470,11 @@ def read_range(opts: SourceOptions, rng: ReadRange) -> Iterator[Any]:
         BrokerError: Kafka did not deliver the range in time.
     """
     rows = _Rows(opts.include_headers)
-    consumer = _consumer(opts.cluster())
+    cluster = opts.cluster()
+    consumer = _consumer(cluster)
     try:
-        kafka_start = log_starts(consumer, rng.topic, [rng.partition])[rng.partition]
+        parts = [rng.partition]
+        kafka_start = log_starts(consumer, rng.topic, parts, cluster=cluster)[rng.partition]
         position = rng.start
         if position < kafka_start:
             for record in _from_store(opts, rng, min(kafka_start, rng.end)):
@@ -464,7 +523,9 @@ def _from_kafka(
                     position = max(position, msg.offset() or 0)
                     continue
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    start = log_starts(consumer, rng.topic, [rng.partition])[rng.partition]
+                    start = log_starts(
+                        consumer, rng.topic, [rng.partition], cluster=opts.cluster()
+                    )[rng.partition]
                     _lost(opts, rng, position, start, "trimmed from Kafka while reading")
                     position = start
                     consumer.assign([TopicPartition(rng.topic, rng.partition, position)])

@@ -21,6 +21,7 @@ from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.spark._archive import load_archive, records_by_stream
+from bolide.spark._reader import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.kafka import kafka_stream
 
@@ -108,8 +109,7 @@ def read_stream(
 
     register(spark)
     opts = kafka_options(config, cluster, **extra)
-    if cluster.fetch_gap_settle_ms:
-        opts["bolide.fetchGapSettleMs"] = str(cluster.fetch_gap_settle_ms)
+    opts.update(cluster_source_options(cluster))
     if history is not None:
         opts["bolide.store"] = history
     return spark.readStream.format("bolide").options(**opts).load()

@@ -468,7 +468,7 @@ class Archiver:
             else:
                 missing.setdefault(tp.topic, []).append(tp.partition)
         for topic, parts in missing.items():
-            for p, start in log_starts(consumer, topic, parts).items():
+            for p, start in log_starts(consumer, topic, parts, cluster=self.cluster).items():
                 out[(topic, p)] = start
         return out
 

@@ -43,7 +43,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from alembic.migration import MigrationContext
@@ -51,8 +51,8 @@ from alembic.operations import Operations
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from bolide.facade.avro.serde import split_header
 from bolide.facade.errors import SerializationError, StoreError
+from bolide.facade.ports import TypedSerde
 from bolide.facade.record import Record
 from bolide.stores.store import _describe, _insert_ignoring_duplicates, _retriable
 
@@ -78,18 +78,6 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 #: ``fn(records, error)``: the database refused the typed rows of ``records`` (the raw archive
 #: keeps them); ``error`` is a non-retriable ``StoreError`` that says why.
 RejectHandler = Callable[[list[Record], StoreError], None]
-
-
-class TypedSerde(Protocol):
-    """What the typed archive needs from a serde (``AvroSerde`` has it)."""
-
-    def decode(self, data: bytes, *, stream: str, partition: int | None, offset: int | None) -> Any:
-        """Decode one payload."""
-        ...
-
-    def value_schema(self, schema_id: int) -> Any:
-        """The parsed Avro schema the values decoded from ``schema_id`` follow."""
-        ...
 
 
 def _ident(name: str) -> str:
@@ -427,7 +415,7 @@ def write_typed(
         if rec.partition is None or rec.offset is None:
             raise ValueError(f"records: {rec!r} has no partition/offset")
         try:
-            schema_id = split_header(rec.data)
+            schema_id = serde.payload_schema_id(rec.data)
             value = serde.decode(
                 rec.data, stream=stream, partition=rec.partition, offset=rec.offset
             )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import Cluster, StreamConfig
-from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 
 
 @pytest.fixture(scope="session")
@@ -84,22 +82,14 @@ def stream_factory(
 
 
 @pytest.fixture
-def log_start_overrides(tmp_path, monkeypatch) -> dict[str, dict[str, int]]:
-    """Raise a topic's log start as a trimming broker would: ``overrides[topic] = {"0": 20}``.
+def cluster_with_starts(cluster: Cluster) -> Callable[[Mapping[str, Mapping[int, int]]], Cluster]:
+    """``cluster_with_starts({topic: {0: 20}})``: the session's cluster with partition 0 of
+    ``topic`` starting at offset 20, as if a trimming broker had dropped what lies below.
 
-    The embedded broker never trims its log, so tests of what happens below the log start go
-    through the one seam that asks a broker for it (``_kafka.log_starts``), via a file that
-    every process (Spark's Python workers too) reads.
+    The embedded broker never trims its log, so tests of what happens below the log start
+    give their clients such a cluster (``Cluster.log_start_overrides``).
     """
-    path = tmp_path / "log-starts.json"
-    monkeypatch.setenv(LOG_START_OVERRIDES_ENV, str(path))
-
-    class Overrides(dict[str, dict[str, int]]):
-        def __setitem__(self, topic: str, starts: dict[str, int]) -> None:
-            super().__setitem__(topic, starts)
-            path.write_text(json.dumps(self))
-
-    return Overrides()
+    return lambda starts: cluster.replace(log_start_overrides=starts)
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.05) -> Any:

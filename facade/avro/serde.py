@@ -220,6 +220,14 @@ class AvroSerde:
         self._ready[bytes(data[:_HEADER_SIZE])] = prepared
         return prepared
 
+    def payload_schema_id(self, data: bytes) -> int:
+        """The schema id a payload was written with (its Confluent header).
+
+        Raises:
+            SerializationError: ``data`` has no Confluent header.
+        """
+        return split_header(data)
+
     def value_schema(self, schema_id: int) -> Any:
         """The parsed schema that values decoded from ``schema_id`` follow.
 

@@ -293,7 +293,7 @@ def _tail(args: argparse.Namespace) -> int:
         elif args.from_beginning and ends:
             consumer = probe_consumer(cluster)
             try:
-                starts = log_starts(consumer, stream.name, parts)
+                starts = log_starts(consumer, stream.name, parts, cluster=cluster)
             finally:
                 consumer.close()
         log.info(
@@ -322,7 +322,7 @@ def _offsets_for_time(cluster: Any, topic: str, parts: list[int], when: int) -> 
             found = consumer.offsets_for_times([TopicPartition(topic, p, when) for p in parts], 10)
         except Exception as exc:  # KafkaException: the broker refused the lookup
             raise BolideError(f"cannot look up offsets by time on {topic!r}: {exc}") from None
-        starts = log_starts(consumer, topic, parts)
+        starts = log_starts(consumer, topic, parts, cluster=cluster)
         out: dict[int, int] = {}
         for tp in found:
             p, end, start = tp.partition, ends[tp.partition], starts[tp.partition]

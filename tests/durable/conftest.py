@@ -94,13 +94,21 @@ def publish(cluster: Cluster, stream: StreamConfig, n: int, prefix: str) -> list
 
 @pytest.fixture
 def durable(cluster: Cluster) -> Iterator[Callable[..., Subscriber]]:
-    """``make(stream, durable_id, registry, **SubscriberConfig kwargs)``; closed at teardown."""
+    """``make(stream, durable_id, registry, cluster=None, **SubscriberConfig kwargs)``, on the
+    session's cluster unless another is given; closed at teardown."""
     opened: list[Subscriber] = []
+    session_cluster = cluster
 
-    def make(stream: StreamConfig, durable_id: str, registry: Any, **kwargs: Any) -> Subscriber:
+    def make(
+        stream: StreamConfig,
+        durable_id: str,
+        registry: Any,
+        cluster: Cluster | None = None,
+        **kwargs: Any,
+    ) -> Subscriber:
         kwargs.setdefault("lease_timeout_ms", LEASE_MS)
         sub = Subscriber(
-            cluster,
+            cluster or session_cluster,
             SubscriberConfig(
                 stream=stream, durable_id=durable_id, durable_registry=registry, **kwargs
             ),

@@ -231,7 +231,7 @@ def test_replay_reaches_into_the_sql_history(
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
     tmp_path: Path,
-    log_start_overrides: dict[str, dict[str, int]],
+    cluster_with_starts: Callable[[dict[str, dict[int, int]]], Cluster],
 ) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'history.db'}")
     store.upgrade()
@@ -244,9 +244,10 @@ def test_replay_reaches_into_the_sql_history(
         archived.append(rec)
     store.store_all(stream.name, archived)
     # Kafka "dropped" the first 20 records: they are only in the store now.
-    log_start_overrides[stream.name] = {"0": offsets[20]}
+    trimmed = cluster_with_starts({stream.name: {0: offsets[20]}})
     events = Events()
-    sub = durable(stream, "hist", None, on_live=events.on_live)  # registry: the stream's store
+    # registry: the stream's store
+    sub = durable(stream, "hist", None, cluster=trimmed, on_live=events.on_live)
     go_live(sub, events)
     replayed = events.records(replayed=True)
     assert [e[1] for e in replayed] == offsets

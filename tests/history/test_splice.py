@@ -1,12 +1,14 @@
 """The splice: subscribers read below Kafka's log start from the SQL history, with no gap and
-no duplicate at the seam. The embedded broker never trims its log, so its log start is raised
-through the ``log_start_overrides`` seam after the records are archived."""
+no duplicate at the seam. The embedded broker never trims its log, so the readers get a
+cluster whose ``log_start_overrides`` raise the log start once the records are archived."""
 
 from __future__ import annotations
 
 import pytest
 
 from bolide.facade import (
+    Cluster,
+    EmbeddedBroker,
     InitialOffsetScheme,
     Publisher,
     PublisherConfig,
@@ -24,8 +26,8 @@ COUNT, START = 30, 20
 
 
 @pytest.fixture
-def archived(cluster, stream_factory, store: SqlStore, log_start_overrides) -> StreamConfig:
-    """A stream of COUNT records, all archived, whose Kafka log now starts at START."""
+def archived(cluster, stream_factory, store: SqlStore) -> StreamConfig:
+    """A stream of COUNT records, all archived (``trimmed`` starts its log at START)."""
     stream = stream_factory(store=store)
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         for i in range(COUNT):
@@ -34,8 +36,13 @@ def archived(cluster, stream_factory, store: SqlStore, log_start_overrides) -> S
     with Archiver(cluster, store, [stream], group=f"arch-{stream.name}") as archiver:
         archiver.run(until_caught_up=True)
     assert store.largest_offset(stream.name, 0) == COUNT - 1
-    log_start_overrides[stream.name] = {"0": START}
     return stream
+
+
+@pytest.fixture
+def trimmed(archived: StreamConfig, cluster_with_starts) -> Cluster:
+    """The cluster, with Kafka holding ``archived`` from START on."""
+    return cluster_with_starts({archived.name: {0: START}})
 
 
 def drain(sub: Subscriber, count: int) -> list[Record]:
@@ -53,44 +60,40 @@ def check_log(records: list[Record], first: int) -> None:
     assert [r.header("n") for r in records] == [str(i).encode() for i in range(first, COUNT)]
 
 
-def test_earliest_reads_history_then_kafka_in_straddling_batches(cluster, archived):
+def test_earliest_reads_history_then_kafka_in_straddling_batches(trimmed, archived):
     config = SubscriberConfig(
         stream=archived, initial_offset_scheme=InitialOffsetScheme.EARLIEST, max_batch=7
     )
-    with Subscriber(cluster, config) as sub:
+    with Subscriber(trimmed, config) as sub:
         records = drain(sub, COUNT)
     check_log(records, 0)
 
 
-def test_seek_below_the_log_start_reads_history(cluster, archived):
-    with Subscriber(cluster, SubscriberConfig(stream=archived)) as sub:
+def test_seek_below_the_log_start_reads_history(trimmed, archived):
+    with Subscriber(trimmed, SubscriberConfig(stream=archived)) as sub:
         sub.seek(5)
         records = drain(sub, COUNT - 5)
     check_log(records, 5)
 
 
-def test_grouped_old_confirmed_offset_resumes_from_history(cluster, archived, log_start_overrides):
+def test_grouped_old_confirmed_offset_resumes_from_history(cluster, trimmed, archived):
     group = f"g-{archived.name}"
 
-    def grouped() -> Subscriber:
-        return Subscriber(
-            cluster, SubscriberConfig(stream=archived, group=group, lease_timeout_ms=4000)
-        )
+    def grouped(on: Cluster) -> Subscriber:
+        return Subscriber(on, SubscriberConfig(stream=archived, group=group, lease_timeout_ms=4000))
 
-    with grouped() as first:
+    with grouped(cluster) as first:
         # Confirmed while Kafka still held everything: no splice yet.
-        log_start_overrides[archived.name] = {"0": 0}
         got: list[Record] = []
         eventually(lambda: got.extend(first.poll(100)) or len(got) >= 4, timeout_s=20)
         first.confirm(3)
         eventually(lambda: first.committed() == {0: 4})
-    log_start_overrides[archived.name] = {"0": START}
-    with grouped() as second:
+    with grouped(trimmed) as second:
         records = drain(second, COUNT - 4)
     check_log(records, 4)
 
 
-def test_without_history_a_stale_position_skips_ahead(cluster, archived, store):
+def test_without_history_a_stale_position_skips_ahead(trimmed, archived, store):
     plain = StreamConfig(name=archived.name)  # same topic, no store
     errors: list[str] = []
     config = SubscriberConfig(
@@ -98,14 +101,14 @@ def test_without_history_a_stale_position_skips_ahead(cluster, archived, store):
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
         error_handler=lambda summary, _: errors.append(summary),
     )
-    with Subscriber(cluster, config) as sub:
+    with Subscriber(trimmed, config) as sub:
         records = drain(sub, COUNT - START)
     check_log(records, START)
     assert errors == []  # EARLIEST means the first available record: nothing stale
 
 
 def test_a_gap_between_history_and_kafka_is_reported(
-    cluster, stream_factory, store, log_start_overrides
+    cluster, stream_factory, store, cluster_with_starts
 ):
     """An archive that fell behind retention: what neither holds is skipped, and said so."""
     stream = stream_factory(store=store)
@@ -117,20 +120,20 @@ def test_a_gap_between_history_and_kafka_is_reported(
         rec.partition, rec.offset = 0, offsets[i]
         archived.append(rec)
     store.store_all(stream.name, archived)
-    log_start_overrides[stream.name] = {"0": START}
+    trimmed = cluster_with_starts({stream.name: {0: START}})
     errors: list[tuple[str, BaseException | None]] = []
     config = SubscriberConfig(
         stream=stream,
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
         error_handler=lambda summary, error: errors.append((summary, error)),
     )
-    with Subscriber(cluster, config) as sub:
+    with Subscriber(trimmed, config) as sub:
         records = drain(sub, 10 + COUNT - START)
     assert [r.offset for r in records] == [*range(10), *range(START, COUNT)]
     assert len(errors) == 1 and "10 to 19" in errors[0][0]
 
 
-def test_history_keeps_header_names_with_nul(cluster, stream_factory, store, log_start_overrides):
+def test_history_keeps_header_names_with_nul(cluster, stream_factory, store, cluster_with_starts):
     """The splice returns archived header names exactly, U+0000 included."""
     stream = stream_factory(store=store)
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
@@ -141,11 +144,54 @@ def test_history_keeps_header_names_with_nul(cluster, stream_factory, store, log
         rec.partition, rec.offset = 0, offsets[i]
         archived.append(rec)
     store.store_all(stream.name, archived)
-    log_start_overrides[stream.name] = {"0": START}
+    trimmed = cluster_with_starts({stream.name: {0: START}})
     config = SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
-    with Subscriber(cluster, config) as sub:
+    with Subscriber(trimmed, config) as sub:
         records = drain(sub, COUNT)
     assert [r.offset for r in records] == list(range(COUNT))
     assert [r.headers for r in records[:START]] == [
         [("trace\x00id", b"%d" % i), ("n", b"x")] for i in range(START)
     ]
+
+
+def test_embedded_broker_cluster_emulates_retention(stream_factory, tmp_path):
+    """``broker.cluster(log_start_overrides=...)``: its clients take Kafka to hold START on."""
+    with EmbeddedBroker() as broker, SqlStore(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        store.upgrade()
+        stream = stream_factory(store=store)
+        plain = broker.cluster()
+        with Publisher(plain, PublisherConfig(stream=stream)) as pub:
+            published = [Record(b"r%d" % i, group=f"k{i % 3}") for i in range(COUNT)]
+            for rec in published:
+                pub.publish(rec)
+        copies = []  # marked, so each record shows which side it came from
+        for rec in published[:START]:
+            copy = Record(b"sql:" + rec.data, key=rec.key)
+            copy.partition, copy.offset = rec.partition, rec.offset
+            copies.append(copy)
+        store.store_all(stream.name, copies)
+        trimmed = broker.cluster(log_start_overrides={stream.name: {0: START}})
+        assert trimmed.fetch_gap_settle_ms == plain.fetch_gap_settle_ms
+
+        errors: list[str] = []
+        stale = SubscriberConfig(
+            stream=StreamConfig(name=stream.name),  # no store: below START is a stale read
+            error_handler=lambda summary, _: errors.append(summary),
+        )
+        with Subscriber(trimmed, stale) as sub:
+            sub.seek(5)
+            records = drain(sub, COUNT - START)
+        assert [r.offset for r in records] == list(range(START, COUNT))
+        assert len(errors) == 1 and "stale" in errors[0]
+
+        spliced = SubscriberConfig(
+            stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST
+        )
+        with Subscriber(trimmed, spliced) as sub:
+            records = drain(sub, COUNT)
+        assert [r.offset for r in records] == list(range(COUNT))
+        assert [r.data for r in records] == [
+            (b"sql:" if i < START else b"") + b"r%d" % i for i in range(COUNT)
+        ]
+        with Subscriber(plain, spliced) as sub:  # the broker itself still holds everything
+            assert [r.data for r in drain(sub, COUNT)] == [b"r%d" % i for i in range(COUNT)]

@@ -108,6 +108,46 @@ def test_cluster_keeps_secrets_out_of_repr():
         Cluster("")
 
 
+def test_cluster_log_start_overrides_are_checked_kept_apart_and_shown():
+    cluster = Cluster("k:9092", log_start_overrides={"orders": {0: 10, 3: 0}})
+    assert cluster.log_start_overrides == {"orders": {0: 10, 3: 0}}
+    assert "log_start_overrides" not in str(cluster.client_config())  # not a librdkafka setting
+    assert "log_start_overrides={'orders': {0: 10, 3: 0}}" in repr(cluster)
+    assert "log_start_overrides" not in repr(Cluster("k:9092"))
+    assert Cluster("k:9092").log_start_overrides == {}
+    assert cluster != Cluster("k:9092")
+    cluster.log_start_overrides["orders"][0] = 99  # a copy: the cluster stays as built
+    assert cluster.log_start_overrides == {"orders": {0: 10, 3: 0}}
+    for bad, error in [
+        ({"orders": {0: -1}}, ValueError),
+        ({"orders": {-1: 0}}, ValueError),
+        ({"orders": {"0": 10}}, TypeError),
+        ({"orders": {0: True}}, TypeError),
+        ({"orders": {0: 1.5}}, TypeError),
+        ({"orders": [10]}, TypeError),
+        ({"no/topic": {0: 1}}, ValueError),
+        ({7: {0: 1}}, TypeError),
+        ([("orders", {0: 1})], TypeError),
+    ]:
+        with pytest.raises(error, match="log_start_overrides"):
+            Cluster("k:9092", log_start_overrides=bad)  # type: ignore[arg-type]
+
+
+def test_cluster_replace_keeps_what_it_does_not_change():
+    cluster = Cluster("k:9092", fetch_gap_settle_ms=500, **{"sasl.password": "p"})
+    trimmed = cluster.replace(log_start_overrides={"orders": {0: 10}})
+    assert trimmed == Cluster(
+        "k:9092",
+        fetch_gap_settle_ms=500,
+        log_start_overrides={"orders": {0: 10}},
+        **{"sasl.password": "p"},
+    )
+    assert trimmed.replace(log_start_overrides={}) == cluster
+    assert cluster.replace(bootstrap_servers="other:1").bootstrap_servers == "other:1"
+    with pytest.raises(ValueError, match="fetch_gap_settle_ms"):
+        cluster.replace(fetch_gap_settle_ms=-1)
+
+
 def test_record_batch():
     batch = RecordBatch([Record(b"a"), Record(b"b")])
     assert len(batch) == 2 and batch.first().data == b"a" and batch.last().data == b"b"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -170,20 +171,35 @@ def test_receiver_survives_a_failing_handler(cluster, stream, publisher):
     assert any(isinstance(e, RuntimeError) for _, e in errors.calls)
 
 
-def test_stale_position_skips_to_first_available_and_warns(
-    cluster, stream, publisher, log_start_overrides
-):
+def test_stale_position_skips_to_first_available_and_warns(cluster_with_starts, stream, publisher):
     for i in range(10):
         publisher.publish(Record(b"r%d" % i))
-    log_start_overrides[stream.name] = {"0": 6}
     errors = Errors()
-    with subscriber(cluster, stream, errors) as sub:
+    with subscriber(cluster_with_starts({stream.name: {0: 6}}), stream, errors) as sub:
         sub.seek(2)
         got: list[bytes] = []
         eventually(lambda: got.extend(r.data for r in sub.poll(100)) or len(got) >= 4)
         assert got == [b"r6", b"r7", b"r8", b"r9"]
     assert len(errors.calls) == 1
     assert "stale" in errors.calls[0][0]
+
+
+def test_the_old_log_start_environment_variable_has_no_effect(
+    cluster, stream, publisher, tmp_path, monkeypatch
+):
+    """Log starts come from the Cluster only: an environment variable cannot move them."""
+    for i in range(10):
+        publisher.publish(Record(b"r%d" % i))
+    starts = tmp_path / "log-starts.json"
+    starts.write_text(json.dumps({stream.name: {"0": 6}}))
+    monkeypatch.setenv("BOLIDE_LOG_START_OVERRIDES", str(starts))
+    errors = Errors()
+    with subscriber(cluster, stream, errors) as sub:
+        sub.seek(2)
+        got: list[bytes] = []
+        eventually(lambda: got.extend(r.data for r in sub.poll(100)) or len(got) >= 8)
+        assert got == [b"r%d" % i for i in range(2, 10)]
+    assert errors.calls == []
 
 
 def test_many_publishers_one_total_order(cluster, stream):

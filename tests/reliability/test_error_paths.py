@@ -136,7 +136,7 @@ def test_max_batch_over_librdkafkas_bound_is_refused(stream_factory):
 
 @pytest.mark.parametrize("db", ["sqlite"])
 def test_spliced_history_stays_in_order_after_a_bad_record(
-    cluster, stream_factory, tmp_path, log_start_overrides, db
+    cluster, stream_factory, tmp_path, cluster_with_starts, db
 ):
     count = 10
     with SqlStore(f"sqlite:///{tmp_path / 'h.db'}") as store:
@@ -145,7 +145,7 @@ def test_spliced_history_stays_in_order_after_a_bad_record(
         publish(cluster, stream, [b"r%d" % i for i in range(count)])
         with Archiver(cluster, store, [stream], group=f"arch-{stream.name}") as archiver:
             archiver.run(until_caught_up=True)
-        log_start_overrides[stream.name] = {"0": count}  # everything comes from the history
+        trimmed = cluster_with_starts({stream.name: {0: count}})  # all from the history
         config = SubscriberConfig(
             stream=stream,
             group=f"g-{stream.name}",
@@ -154,7 +154,7 @@ def test_spliced_history_stays_in_order_after_a_bad_record(
             serde=PickySerde(lambda data: data == b"r2"),
             lease_timeout_ms=LEASE_MS,
         )
-        with Subscriber(cluster, config) as sub:
+        with Subscriber(trimmed, config) as sub:
             events = poll_all(sub, lambda ev: len(ev) >= count)
     offsets = [e.offset for e in events]
     assert offsets == list(range(count))  # the error in its place, then 3 before 4
@@ -285,11 +285,11 @@ def test_hook_waiting_for_a_worker_that_confirms_does_not_deadlock(cluster, stre
 
 
 def test_error_handler_runs_outside_the_subscribers_lock(
-    cluster, stream_factory, log_start_overrides
+    cluster, stream_factory, cluster_with_starts
 ):
     stream = stream_factory()
     publish(cluster, stream, [b"r%d" % i for i in range(5)])
-    log_start_overrides[stream.name] = {"0": 3}
+    trimmed = cluster_with_starts({stream.name: {0: 3}})
     holder: dict[str, Subscriber] = {}
     reports: list[tuple[str, bool]] = []
 
@@ -303,7 +303,7 @@ def test_error_handler_runs_outside_the_subscribers_lock(
     config = SubscriberConfig(
         stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST, error_handler=handler
     )
-    with Subscriber(cluster, config) as sub:
+    with Subscriber(trimmed, config) as sub:
         holder["sub"] = sub
         sub.seek(0)  # below the log start, no history: reported as a stale read
     assert len(reports) == 1

@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
 
 LEASE_MS = 4_000
 PARTITIONS = 2
-KINDS = ["ok", "ok", "ok", "bad", "flaky"]  # bad: the serde raises; flaky: fails during outages
+KINDS = ["ok", "ok", "bad", "flaky"]  # bad: the serde raises; flaky: fails during outages
 
 
 class ModelSerde:
@@ -134,7 +134,7 @@ class SubscriberMachine(RuleBasedStateMachine):
             assert record.partition is not None and record.offset is not None
             self.log[record.partition].append((record.offset, kind))
 
-    @rule(timeout_ms=st.sampled_from([0, 50, 300]))
+    @rule(timeout_ms=st.sampled_from([0, 300, 300]))
     def poll(self, timeout_ms: int) -> None:
         assert self.sub is not None
         try:
@@ -225,8 +225,8 @@ class SubscriberMachine(RuleBasedStateMachine):
 
 
 MODEL = settings(
-    max_examples=6,
-    stateful_step_count=14,
+    max_examples=8,
+    stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -234,7 +234,8 @@ MODEL = settings(
 
 def test_ungrouped_subscriber_against_the_model(cluster, stream_factory):
     run_state_machine_as_test(
-        lambda: SubscriberMachine(cluster, stream_factory, grouped=False), settings=MODEL
+        lambda: SubscriberMachine(cluster, stream_factory, grouped=False),
+        settings=settings(MODEL, max_examples=20),  # no group joins: cheap
     )
 
 

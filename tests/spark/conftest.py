@@ -1,16 +1,12 @@
-"""Spark fixtures: ONE local SparkSession for every Spark test, stores, the log-start seam.
+"""Spark fixtures: ONE local SparkSession for every Spark test, and history stores.
 
-The session starts with ``BOLIDE_LOG_START_OVERRIDES`` pointing at a file of this session, so
-every process Spark starts (planner and executor Python workers inherit the JVM's
-environment) sees the same simulated log starts; tests write that file through
-``log_start_overrides``.
+A simulated log start reaches Spark's Python workers as a source option: the jobs (and the
+tests' readers) pass ``cluster_source_options(cluster)`` of a ``cluster_with_starts`` cluster.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,51 +15,23 @@ import pytest
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
-from bolide.facade.kafka import LOG_START_OVERRIDES_ENV
 from tests.conftest import DATABASES, upgraded_db_url
 
 
 @pytest.fixture(scope="session")
-def overrides_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The log-start override file every Spark process reads (absent = no overrides)."""
-    return tmp_path_factory.mktemp("spark-seam") / "log-starts.json"
-
-
-@pytest.fixture(scope="session")
-def spark(overrides_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The one local SparkSession of the test run (``local[2]``, UI off, 2 shuffle partitions)."""
     from bolide.spark import spark_session
 
-    previous = os.environ.get(LOG_START_OVERRIDES_ENV)
-    os.environ[LOG_START_OVERRIDES_ENV] = str(overrides_file)  # inherited by the JVM
-    try:
-        session = spark_session(
-            "bolide-tests",
-            config={
-                "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
-                "spark.sql.session.timeZone": "UTC",
-            },
-        )
-    finally:
-        if previous is None:
-            del os.environ[LOG_START_OVERRIDES_ENV]
-        else:
-            os.environ[LOG_START_OVERRIDES_ENV] = previous
+    session = spark_session(
+        "bolide-tests",
+        config={
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+            "spark.sql.session.timeZone": "UTC",
+        },
+    )
     yield session
     session.stop()
-
-
-@pytest.fixture
-def log_start_overrides(overrides_file: Path) -> Iterator[Callable[[str, dict[int, int]], None]]:
-    """``set(topic, {partition: log_start})``: simulate a trimmed log in every Spark process."""
-    data: dict[str, dict[str, int]] = {}
-
-    def set_start(topic: str, starts: dict[int, int]) -> None:
-        data[topic] = {str(p): o for p, o in starts.items()}
-        overrides_file.write_text(json.dumps(data), encoding="utf-8")
-
-    yield set_start
-    overrides_file.unlink(missing_ok=True)
 
 
 @pytest.fixture(params=DATABASES)

@@ -305,18 +305,17 @@ def test_archive_failure_is_a_bolide_error(
     stream_factory,
     sqlite_url: str,
     tmp_path: Path,
-    log_start_overrides,
+    cluster_with_starts,
 ) -> None:
     stream = stream_factory()
     publish(cluster, stream, sample(10))
-    log_start_overrides(stream.name, {0: 5})
     with pytest.raises(BolideError, match="failOnDataLoss") as info:
         archive(
             spark,
             stream,
             sqlite_url,
             str(tmp_path / "ckpt"),
-            bootstrap=cluster,
+            bootstrap=cluster_with_starts({stream.name: {0: 5}}),
             starting_offsets=json.dumps({stream.name: {"0": 0}}),
         )
     assert "bolide-archive" in str(info.value)

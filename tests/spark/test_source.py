@@ -18,7 +18,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.spark import KAFKA_SCHEMA, kafka_options, register
+from bolide.spark import KAFKA_SCHEMA, cluster_source_options, kafka_options, register
 from bolide.spark._reader import SourceOptions, cap_offsets
 from bolide.stores import SqlStore
 from tests.conftest import eventually
@@ -76,6 +76,34 @@ def _as_tuple(row: Any) -> tuple[Any, ...]:
             {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "bolide.fetchGapSettleMs": "x"},
             "fetchgapsettlems",
         ),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "bolide.logStartOverrides": "5"},
+            "logstartoverrides must be JSON",
+        ),
+        (
+            {
+                "kafka.bootstrap.servers": "b:1",
+                "subscribe": "t",
+                "bolide.logStartOverrides": '{"t": {"0": -1}}',
+            },
+            "negative",
+        ),
+        (
+            {
+                "kafka.bootstrap.servers": "b:1",
+                "subscribe": "t",
+                "bolide.logStartOverrides": '{"t": {"x": 1}}',
+            },
+            "not an offset",
+        ),
+        (
+            {
+                "kafka.bootstrap.servers": "b:1",
+                "subscribe": "t",
+                "bolide.logStartOverrides": '{"no/topic": {"0": 1}}',
+            },
+            "not a topic name",
+        ),
     ],
 )
 def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
@@ -109,6 +137,24 @@ def test_options_mirror_the_kafka_source_names() -> None:
             {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": "latest"},
             batch=True,
         )
+
+
+def test_the_cluster_reaches_the_workers_through_options() -> None:
+    """``Cluster`` -> ``kafka_options`` + ``cluster_source_options`` -> the same ``Cluster``."""
+    cluster = Cluster(
+        "b:1",
+        fetch_gap_settle_ms=250,
+        log_start_overrides={"t": {0: 10, 2: 7}},
+        **{"security.protocol": "SSL", "sasl.password": "hunter2"},
+    )
+    options = {**kafka_options(StreamConfig(name="t"), cluster), **cluster_source_options(cluster)}
+    assert options["bolide.logStartOverrides"] == '{"t":{"0":10,"2":7}}'
+    parsed = SourceOptions.parse(options, batch=False)
+    assert parsed.log_start_overrides == {"t": {0: 10, 2: 7}}
+    assert parsed.cluster() == cluster
+    assert "log_start_overrides={'t': {0: 10, 2: 7}}" in repr(parsed)
+    assert "hunter2" not in repr(parsed)
+    assert cluster_source_options(Cluster("b:1")) == {}
 
 
 def test_rate_limit_is_shared_by_lag() -> None:
@@ -237,8 +283,8 @@ def test_stream_restart_from_checkpoint_loses_and_repeats_nothing(
 # -- the splice ----------------------------------------------------------------------------
 #
 # The embedded broker never trims its log (retention is not applied, DeleteRecords drops the
-# connection), so a trimmed log is simulated through the one seam bolide reads log starts
-# from: ``BOLIDE_LOG_START_OVERRIDES`` (set for the whole Spark session, see conftest). The
+# connection), so a trimmed log is simulated by a cluster whose ``log_start_overrides`` raise
+# the log start; it reaches the source's Python workers as ``bolide.logStartOverrides``. The
 # archived copies carry a different payload than Kafka's so each row shows which side it
 # came from; real archives hold identical copies.
 
@@ -254,15 +300,22 @@ def _archive_copies(url: str, stream: StreamConfig, published: list[Record], upt
 
 
 def test_spliced_batch_read_across_the_seam(
-    spark: Any, cluster: Cluster, stream_factory, sqlite_url: str, log_start_overrides
+    spark: Any, cluster: Cluster, stream_factory, sqlite_url: str, cluster_with_starts
 ) -> None:
     stream = stream_factory()
     records = sample(30)
     publish(cluster, stream, records)
     _archive_copies(sqlite_url, stream, records, 12)
-    log_start_overrides(stream.name, {0: 10})  # Kafka "holds" 10.., the store 0..11
+    trimmed = cluster_with_starts({stream.name: {0: 10}})  # Kafka "holds" 10.., the store 0..11
+    seam = cluster_source_options(trimmed)
     df = _reader(
-        spark, cluster, stream, False, startingOffsets="earliest", **{"bolide.store": sqlite_url}
+        spark,
+        trimmed,
+        stream,
+        False,
+        startingOffsets="earliest",
+        **seam,
+        **{"bolide.store": sqlite_url},
     ).load()
     rows = df.orderBy("offset").collect()
     assert [r["offset"] for r in rows] == list(range(30))  # no gap, no duplicate
@@ -272,7 +325,7 @@ def test_spliced_batch_read_across_the_seam(
     assert [r["key"] for r in rows] == [r.key for r in records]
 
     without_store = _reader(
-        spark, cluster, stream, False, startingOffsets=json.dumps({stream.name: {"0": 0}})
+        spark, trimmed, stream, False, startingOffsets=json.dumps({stream.name: {"0": 0}}), **seam
     )
     with pytest.raises(Exception, match="failOnDataLoss"):
         without_store.load().collect()
@@ -285,22 +338,23 @@ def test_spliced_stream_across_the_seam(
     cluster: Cluster,
     stream_factory,
     sqlite_url: str,
-    log_start_overrides,
+    cluster_with_starts,
     tmp_path: Path,
 ) -> None:
     stream = stream_factory()
     records = sample(25)
     publish(cluster, stream, records)
     _archive_copies(sqlite_url, stream, records, 8)
-    log_start_overrides(stream.name, {0: 8})
+    trimmed = cluster_with_starts({stream.name: {0: 8}})
     got: list[tuple[int, bytes]] = []
     df = _reader(
         spark,
-        cluster,
+        trimmed,
         stream,
         True,
         startingOffsets="earliest",
         maxOffsetsPerTrigger=5,
+        **cluster_source_options(trimmed),
         **{"bolide.store": sqlite_url},
     ).load()
     query = (
