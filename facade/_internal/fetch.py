@@ -130,8 +130,15 @@ class Fetcher:
         self.pending.extend(self._consumer.consume(max_messages, 0))
 
     def drop(self, partitions: Collection[int]) -> None:
-        """Forget what is queued for ``partitions`` (revoked, or repositioned)."""
+        """Forget what is queued for ``partitions`` (revoked, or repositioned), and a failure
+        deferred to the next poll that concerns one of them: it is read again from wherever
+        the partition goes next, and fails there again if it still does."""
         self._keep(lambda m: _partition_of(m) not in partitions)
+        if self._deferred is not None:
+            error, consumed = self._deferred
+            where = consumed[0] if consumed is not None else getattr(error, "partition", None)
+            if where in partitions:
+                self._deferred = None
 
     def move(self, partition: int, offset: int) -> None:
         """Move ``partition`` to ``offset``; every other partition restarts where delivery

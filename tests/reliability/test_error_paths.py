@@ -127,6 +127,21 @@ def test_failing_dead_letter_keeps_the_record_and_returns_what_was_gathered(
         eventually(lambda: sub.committed() == {0: 1})  # the bad record is still ahead
 
 
+def test_a_seek_drops_the_failure_deferred_for_that_partition(cluster, stream_factory):
+    stream = stream_factory()
+    publish(cluster, stream, [b"good0", b"bad1"])
+    config = SubscriberConfig(
+        stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST, serde=PickySerde()
+    )
+    with Subscriber(cluster, config) as sub:
+        first = poll_all(sub, lambda ev: len(ev) >= 1)
+        assert datas(first)[0] == b"good0"
+        sub.seek(2)  # past the bad record: its failure no longer concerns what comes next
+        publish(cluster, stream, [b"good2"])
+        after = poll_all(sub, lambda ev: len(ev) >= 1)
+    assert datas(after) == [b"good2"]
+
+
 def test_max_batch_over_librdkafkas_bound_is_refused(stream_factory):
     stream = StreamConfig(name="bounded")
     with pytest.raises(ValueError, match="max_batch"):
