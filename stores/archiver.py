@@ -1,13 +1,9 @@
 """Archiver: tails streams into the history store, at least once in, exactly once in the table.
 
 Each batch is written in one database transaction, and only after that transaction commits are
-the Kafka offsets committed. Killed at any moment, the archiver restarts from the last committed
-offsets: records written but not yet committed in Kafka are read again and skipped by the
-table's primary key, so no row is lost and none is duplicated.
-
-The write runs in a writer thread while the archiver's own thread reads and decodes the next
-batch from Kafka: at most one batch is being written and one read. The consumer is used only by
-the archiver's thread, which commits a batch's offsets once the writer returns from its commit.
+the Kafka offsets committed (synchronously). Killed at any moment, the archiver restarts from
+the last committed offsets: records written but not yet committed in Kafka are read again and
+skipped by the table's primary key, so no row is lost and none is duplicated.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
@@ -170,8 +165,6 @@ class Archiver:
         if isinstance(store, ArchiveStore):
             store.check_schema()
         self._stop = threading.Event()
-        self._halt = threading.Event()  # stop() or run() ending: the writer gives up retrying
-        self._stats_lock = threading.Lock()  # the writer counts retries while the loop reports
         self._gaps: dict[str, FetchGaps] = {}  # per topic, for the current consumer
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -202,7 +195,6 @@ class Archiver:
     def stop(self, timeout_s: float = 30.0) -> ArchiverStats:
         """Stop after the batch in hand; re-raise what stopped the thread, if anything."""
         self._stop.set()
-        self._halt.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -252,11 +244,6 @@ class Archiver:
         )
         started = time.monotonic()
         meter = _Meter(started)
-        self._halt.clear()
-        if self._stop.is_set():
-            self._halt.set()
-        writer = ThreadPoolExecutor(1, thread_name_prefix="bolide-archiver-writer")
-        writing: tuple[dict[str, list[Record]], dict[_TP, int], Future[int]] | None = None
         try:
             positions = self._committed(consumer)
             target = self._ends() if until_caught_up else None
@@ -268,21 +255,10 @@ class Archiver:
             consumer.subscribe(sorted(self.streams))
             last_refresh = time.monotonic()
             while not self._stop.is_set():
-                if writing is not None and target is not None:
-                    last = _reached({**positions, **writing[1]}, target)
-                else:
-                    last = False
-                # Read (and decode) the next batch while the writer writes the previous one,
-                # unless that one reaches the end asked for.
-                messages = [] if last else consumer.consume(self.batch_size, timeout=0.2)
+                messages = consumer.consume(self.batch_size, timeout=0.2)
                 records = self._records(consumer, messages)
-                if writing is not None:
-                    batch, nexts, written = writing
-                    writing = None
-                    self._archived(consumer, batch, nexts, written.result(), meter)
-                    positions.update(nexts)
                 if records:
-                    writing = records, _nexts(records), writer.submit(self._write, records)
+                    positions.update(self._archive(consumer, records, meter))
                 elif not messages and time.monotonic() - last_refresh > 1.0:
                     # Idle: step over offsets that hold no record (transaction markers), and
                     # learn the commits of other group members that may have moved.
@@ -291,26 +267,18 @@ class Archiver:
                     if target is not None:
                         for tp, offset in self._refresh(consumer).items():
                             positions[tp] = max(positions.get(tp, 0), offset)
-                done = writing is None and target is not None and _reached(positions, target)
+                done = target is not None and _reached(positions, target)
                 if done:
                     self._settle_commits(consumer)
                 self._report(meter, positions, target, caught_up=done, force=done)
                 if done:
                     break
-            if writing is not None:  # stopped: the batch being written still gets its offsets
-                batch, nexts, written = writing
-                writing = None
-                self._archived(consumer, batch, nexts, written.result(), meter)
         finally:
-            # An error ends the run: the writer stops retrying, and a batch it still commits
-            # keeps its offsets uncommitted (it is read again and skipped).
-            self._halt.set()
-            writer.shutdown(wait=True)
             try:
                 self._settle_commits(consumer)
             finally:
                 consumer.close()
-            self._update(elapsed_s=time.monotonic() - started)
+            self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
         return self.stats
 
     def _records(self, consumer: Consumer, messages: list[Message]) -> dict[str, list[Record]]:
@@ -339,23 +307,30 @@ class Archiver:
             out.setdefault(str(rec.stream), []).append(rec)
         return out
 
-    def _archived(
-        self,
-        consumer: Consumer,
-        records: dict[str, list[Record]],
-        nexts: dict[_TP, int],
-        inserted: int,
-        meter: _Meter,
-    ) -> None:
-        """After one batch's transaction committed: commit its offsets (``nexts``), then trim."""
+    def _archive(
+        self, consumer: Consumer, records: dict[str, list[Record]], meter: _Meter
+    ) -> dict[_TP, int]:
+        """Write one batch (one transaction), then commit its offsets, then trim."""
+        inserted = self._write(records)
+        nexts: dict[_TP, int] = {}
+        for stream, recs in records.items():
+            for rec in recs:
+                tp = (stream, int(rec.partition or 0))
+                nexts[tp] = max(nexts.get(tp, 0), int(rec.offset or 0) + 1)
         count = sum(len(r) for r in records.values())
         meter.add(count)
-        self._add(records=count, inserted=inserted, batches=1)
+        self.stats = replace(
+            self.stats,
+            records=self.stats.records + count,
+            inserted=self.stats.inserted + inserted,
+            batches=self.stats.batches + 1,
+        )
         # The rows are in the database: the offsets may follow asynchronously (a crash before
         # they land re-reads rows that are already stored, and inserts are idempotent).
         consumer.commit(offsets=_topic_partitions(nexts))
         self._unsettled.update(nexts)
         self._trim(consumer, nexts)
+        return nexts
 
     def _settle_commits(self, consumer: Consumer) -> None:
         """Commit the latest archived offsets synchronously (on catching up and on stop)."""
@@ -363,19 +338,8 @@ class Archiver:
             unsettled, self._unsettled = self._unsettled, {}
             self._commit(consumer, unsettled)
 
-    def _update(self, **changes: Any) -> None:
-        with self._stats_lock:
-            self.stats = replace(self.stats, **changes)
-
-    def _add(self, **counts: int) -> None:
-        with self._stats_lock:
-            self.stats = replace(
-                self.stats, **{name: getattr(self.stats, name) + n for name, n in counts.items()}
-            )
-
     def _write(self, records: dict[str, list[Record]]) -> int:
-        """Write with retries and backoff (in the writer thread); Kafka offsets wait until this
-        returns."""
+        """Write with retries and backoff; Kafka offsets wait until this returns."""
         delay = 0.1
         while True:
             rejected: list[tuple[list[Record], StoreError]] = []
@@ -387,11 +351,11 @@ class Archiver:
                     return inserted
                 return sum(self.store.store_all(s, recs) for s, recs in records.items())
             except StoreError as exc:
-                if not exc.retriable or self._halt.is_set():
+                if not exc.retriable or self._stop.is_set():
                     raise
-                self._add(retries=1)
+                self.stats = replace(self.stats, retries=self.stats.retries + 1)
                 log.warning("archive write failed, retrying in %.1fs: %s", delay, exc)
-                if self._halt.wait(delay):
+                if self._stop.wait(delay):
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
 
@@ -416,7 +380,7 @@ class Archiver:
     def _rejected(self, rejected: list[tuple[list[Record], StoreError]]) -> None:
         """Count and report typed rows the database refused, once their batch is committed."""
         for recs, error in rejected:
-            self._add(typed_rejected=len(recs))
+            self.stats = replace(self.stats, typed_rejected=self.stats.typed_rejected + len(recs))
             self._report_error(str(error), error)
 
     def _report_error(self, summary: str, error: BaseException | None) -> None:
@@ -546,7 +510,8 @@ class Archiver:
             if target is None
             else sum(max(0, e - positions.get(tp, 0)) for tp, e in target.items())
         )
-        self._update(
+        self.stats = replace(
+            self.stats,
             elapsed_s=now - meter.started,
             records_per_s=meter.rate(now),
             lag=lag,
@@ -580,16 +545,6 @@ class _Meter:
         self._count = 0
         self.last_report = now
         return rate
-
-
-def _nexts(records: dict[str, list[Record]]) -> dict[_TP, int]:
-    """The next offset to read per partition, once ``records`` are archived."""
-    nexts: dict[_TP, int] = {}
-    for stream, recs in records.items():
-        for rec in recs:
-            tp = (stream, int(rec.partition or 0))
-            nexts[tp] = max(nexts.get(tp, 0), int(rec.offset or 0) + 1)
-    return nexts
 
 
 def _topic_partitions(offsets: dict[_TP, int]) -> list[TopicPartition]:

@@ -134,7 +134,7 @@ def test_follow_in_a_thread(
 def test_offsets_wait_for_the_batch_being_written(
     cluster: Cluster, tmp_path: object, stream_factory: Callable[..., StreamConfig]
 ) -> None:
-    """The archiver reads ahead while a batch is written; no offset passes what is committed."""
+    """While a batch's transaction is open, Kafka offsets stay at what the database holds."""
     entered, release = threading.Event(), threading.Event()
     calls: list[int] = []
 
