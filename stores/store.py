@@ -464,10 +464,10 @@ def _rows(
         seen.add(where)
         rows.append((stream, partition, offset, rec.timestamp_ms, rec.key, rec.data))
         if rec.headers:
-            headers.extend(
+            headers += [
                 (stream, partition, offset, i, _stored_name(name), value)
                 for i, (name, value) in enumerate(rec.headers)
-            )
+            ]
 
 
 def _only(batches: Mapping[str, Sequence[Record]]) -> str | None:
