@@ -1,4 +1,7 @@
-"""Meteor's streaming API on Kafka: publishers, streams, subscriber groups, receivers."""
+"""Meteor's streaming API on Kafka: publishers, streams, subscriber groups, receivers.
+
+The borrowed terms and their Kafka mapping: docs/concepts.md (glossary).
+"""
 
 from bolide.facade.avro.registry import (
     Compatibility,

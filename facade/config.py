@@ -202,7 +202,7 @@ class Cluster:
 
 
 class InitialOffsetScheme(enum.Enum):
-    """Where a subscriber starts when it has no position (Meteor's table)."""
+    """Where a subscriber starts when it has no confirmed position (table: docs/concepts.md)."""
 
     EARLIEST = "earliest"
     LATEST = "latest"
@@ -313,7 +313,7 @@ class PublisherConfig:
     Args:
         stream: The stream to publish to.
         group: Message group stamped on every record (its Kafka key).
-        auto_group: Pick one random group for this publisher (HornetQ's auto-group).
+        auto_group: Pick one random message group for this publisher (HornetQ's auto-group).
         producer_config: librdkafka producer settings, passed through.
         serde: Encodes ``publish_async(obj)`` values (e.g. ``AvroSerde``).
     """
@@ -350,13 +350,14 @@ class SubscriberConfig:
     Args:
         stream: The stream to read.
         group: Subscriber group (Kafka consumer group); ``None`` for an ungrouped subscriber.
-        initial_offset_scheme: Where to start without a position (see Meteor's table).
+        initial_offset_scheme: Where to start without a position (table: docs/concepts.md).
         lease_timeout_ms: A grouped subscriber that stops polling for this long loses its lease
             (``session.timeout.ms`` and ``max.poll.interval.ms``).
         max_batch: Most records one ``poll`` returns (1 to 1,000,000, librdkafka's bound).
         error_handler: ``fn(summary, error)`` for failures outside any one call; logs if unset.
         consumer_config: librdkafka consumer settings, passed through.
-        durable_id: Makes this a durable client (GemFire): its queue survives disconnects.
+        durable_id: Makes this a durable client (GemFire): on reconnect it first gets what it
+            missed while away (docs/durable.md).
         durable_timeout_s: A durable client away longer than this is forgotten.
         durable_registry: Store holding the durable registry; defaults to ``stream.store``.
         on_assign: ``fn(partitions)`` after this subscriber gains partitions (grouped).

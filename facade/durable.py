@@ -5,7 +5,8 @@ its own consumer group ``bolide-durable-<durable_id>`` (the committed offsets) p
 the durable registry (``bolide.stores.DurableRegistry``, in SQL): streams, last-seen time,
 timeout, the marker of its latest connect and the claim that keeps one id connected once.
 
-Lifecycle of one connection (``DurableSession``, owned by the subscriber):
+Lifecycle of one connection (``DurableSession``, owned by the subscriber, which it sees only
+through the narrow ``DurableHost`` interface):
 
 1. ``connect``: claim the id in the registry (``DurableClientBusyError`` when it is connected
    elsewhere). A client away past its timeout is expired: its position is dropped, a warning
@@ -24,7 +25,7 @@ Lifecycle of one connection (``DurableSession``, owned by the subscriber):
    nothing new. ``close(keep_alive=False)`` unregisters the id and drops its position.
 
 While connected, a heartbeat thread renews the claim and the last-seen time every third of
-``lease_timeout_ms``; a killed process's claim lapses after one lease.
+``lease_timeout_ms``; a killed process's registry claim lapses after one such lease.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import logging
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -54,10 +57,8 @@ from bolide.facade.ports import (
 )
 from bolide.facade.record import Record
 
-if TYPE_CHECKING:
-    from bolide.facade.subscriber import Subscriber
-
 __all__ = [
+    "DurableHost",
     "DurableSession",
     "client_backlog",
     "drop_position",
@@ -157,11 +158,66 @@ def expire_clients(cluster: Cluster, registry: DurableRegistry) -> list[DurableC
     return gone
 
 
+class DurableHost(Protocol):
+    """The subscriber as its durable session sees it: the session's only way in.
+
+    Partitions are the stream's; a position is the next offset to deliver. The session calls
+    these while the subscriber holds its lock (from its hooks) or from its heartbeat thread
+    (``report`` only).
+    """
+
+    def assigned(self) -> AbstractSet[int]:
+        """The partitions the subscriber holds."""
+
+    def positions(self) -> Mapping[int, int]:
+        """The next offset to deliver, per partition."""
+
+    def idle(self, partition: int) -> bool:
+        """True when nothing at all waits to be delivered, and ``partition`` neither reads
+        history nor has a skipped fetch being read again."""
+
+    def read_positions(self, partitions: list[int]) -> dict[int, int]:
+        """Kafka's read position per partition (past records and transaction markers alike).
+
+        Raises:
+            KafkaException: The consumer could not tell.
+        """
+
+    def pause(self, partitions: list[int]) -> None:
+        """Stop fetching ``partitions`` until ``resume``."""
+
+    def resume(self, partitions: list[int]) -> None:
+        """Fetch ``partitions`` again."""
+
+    def requeue(self, records: list[Record]) -> None:
+        """Deliver ``records``, in order, before anything already waiting."""
+
+    def commit(self, positions: dict[int, int], *, asynchronous: bool) -> None:
+        """Commit ``positions`` to the client's group.
+
+        Raises:
+            KafkaException: A synchronous commit failed.
+        """
+
+    def report(self, summary: str, error: BaseException | None) -> None:
+        """Tell the subscriber's error handler (or the log)."""
+
+    def call_later(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (user code) once the subscriber lets go of its lock."""
+
+
 class DurableSession:
     """One connection of a durable client; the subscriber calls it at its hook points.
 
+    Args:
+        host: The subscriber, seen through ``DurableHost``.
+        cluster: Where the stream lives.
+        config: The subscriber's settings; ``durable_id`` is set.
+        partitions: The stream's partition count.
+
     Attributes:
         durable_id: The client's durable id.
+        group_id: Its consumer group (``durable_group_id``).
         registry: Where the client is registered.
         owner: This connection's claim token.
         state: ``"new"``, ``"resumed"`` or ``"expired"`` (then started as new).
@@ -170,11 +226,17 @@ class DurableSession:
         live: ``on_live`` has been called; records are live from here on.
     """
 
-    def __init__(self, subscriber: Subscriber) -> None:
-        config = subscriber.config
+    def __init__(
+        self, host: DurableHost, cluster: Cluster, config: SubscriberConfig, partitions: int
+    ) -> None:
         assert config.durable_id is not None
-        self._sub = subscriber
+        self._host = host
+        self._cluster = cluster
+        self._config = config
+        self._topic = config.stream.name
+        self._partitions = partitions
         self.durable_id: str = config.durable_id
+        self.group_id = durable_group_id(config.durable_id)
         self.registry, self._owns_registry = resolve_registry(config)
         self.owner = uuid.uuid4().hex
         self.state = "new"
@@ -200,12 +262,11 @@ class DurableSession:
 
     def connect(self) -> None:
         """Claim the id, expire it if it was away too long, take and store the marker."""
-        sub = self._sub
         claim = self.registry.register(
             self.durable_id,
-            group_id=sub.group_id,
-            stream=sub.topic,
-            timeout_s=float(sub.config.durable_timeout_s),
+            group_id=self.group_id,
+            stream=self._topic,
+            timeout_s=float(self._config.durable_timeout_s),
             owner=self.owner,
             lease_ms=self._lease_ms,
         )
@@ -214,8 +275,8 @@ class DurableSession:
         if claim.state != "resumed":
             # A new or expired client starts from the initial offset scheme, whatever offsets
             # its group may still hold (the registry, not Kafka, says who is known).
-            self._fresh = set(range(sub.partitions))
-            drop_position(sub.cluster, sub.group_id)
+            self._fresh = set(range(self._partitions))
+            drop_position(self._cluster, self.group_id)
         if claim.state == "expired" and claim.previous is not None:
             log.warning(
                 "durable client %r was away %.1fs, past its timeout of %.1fs: its queue was "
@@ -224,15 +285,15 @@ class DurableSession:
                 claim.previous.away_s(claim.client.last_seen_ms),
                 claim.previous.timeout_s,
             )
-            hook = sub.config.on_expired
+            hook = self._config.on_expired
             if hook is not None:
                 try:
                     hook(self.durable_id)
                 except Exception as exc:
-                    sub._report("on_expired raised", exc)
-        self.marker = log_ends(sub.cluster, sub.topic, range(sub.partitions))
+                    self._host.report("on_expired raised", exc)
+        self.marker = log_ends(self._cluster, self._topic, range(self._partitions))
         self.marker_ms = int(time.time() * 1000)
-        self.registry.mark(self.durable_id, sub.topic, self.marker)
+        self.registry.mark(self.durable_id, self._topic, self.marker)
         log.info(
             "durable client %r connected (%s), marker %s", self.durable_id, self.state, self.marker
         )
@@ -247,13 +308,13 @@ class DurableSession:
             try:
                 held = self.registry.touch(self.durable_id, self.owner, self._lease_ms)
             except StoreError as exc:
-                self._sub._report(f"durable client {self.durable_id!r}: heartbeat failed", exc)
+                self._host.report(f"durable client {self.durable_id!r}: heartbeat failed", exc)
                 continue
             if not held:
                 self._claim_lost = True
-                self._sub._report(
+                self._host.report(
                     f"durable client {self.durable_id!r} lost its claim to another connection",
-                    DurableClientBusyError("claim lost", stream=self._sub.topic),
+                    DurableClientBusyError("claim lost", stream=self._topic),
                 )
                 return
 
@@ -267,12 +328,12 @@ class DurableSession:
 
     def on_assigned(self, parts: list[int]) -> None:
         """After (re)assignment: forget held records, note reached partitions, maybe go live."""
-        sub = self._sub
+        positions = self._host.positions()
         self._held = [r for r in self._held if r.partition not in parts]
         self._paused -= set(parts)  # a new assignment starts unpaused
         for p in parts:
-            self._started[p] = sub._next.get(p, -1)
-            if sub._next.get(p, -1) >= self.marker.get(p, 0):
+            self._started[p] = positions.get(p, -1)
+            if positions.get(p, -1) >= self.marker.get(p, 0):
                 self._reached.add(p)
             else:
                 self._reached.discard(p)
@@ -299,8 +360,7 @@ class DurableSession:
             self._go_live()  # releases the held records, this one last, through the pending list
             return False
         if p not in self._paused:
-            sub = self._sub
-            sub._consumer.pause([TopicPartition(sub.topic, p)])
+            self._host.pause([p])
             self._paused.add(p)
         return False
 
@@ -313,7 +373,7 @@ class DurableSession:
         if self._claim_lost:
             raise DurableClientBusyError(
                 f"durable client {self.durable_id!r} was taken over by another connection",
-                stream=self._sub.topic,
+                stream=self._topic,
             )
         # The application has had the previous batch: that much is delivered.
         self._handled = self._delivered()
@@ -350,7 +410,7 @@ class DurableSession:
             try:
                 self._commit(positions, asynchronous=False, force=True)
             except KafkaException as exc:
-                self._sub._report(
+                self._host.report(
                     f"durable client {self.durable_id!r}: final commit failed; the last records "
                     "will be delivered again",
                     exc,
@@ -358,22 +418,21 @@ class DurableSession:
 
     def after_close(self, keep_alive: bool) -> None:
         """Release the claim (keep the queue) or unregister the client and drop its position."""
-        sub = self._sub
         try:
             if not self._connected or self._claim_lost:
                 return
             if keep_alive:
                 self.registry.release(self.durable_id, self.owner)
             elif self.registry.unregister(self.durable_id, self.owner) and not drop_position(
-                sub.cluster, sub.group_id
+                self._cluster, self.group_id
             ):
-                sub._report(
+                self._host.report(
                     f"durable client {self.durable_id!r} unregistered, but its group offsets "
                     "could not be deleted (ignored when the id connects again)",
                     None,
                 )
         except StoreError as exc:
-            sub._report(f"durable client {self.durable_id!r}: registry update failed", exc)
+            self._host.report(f"durable client {self.durable_id!r}: registry update failed", exc)
         finally:
             self._connected = False
             if self._owns_registry:
@@ -392,70 +451,62 @@ class DurableSession:
         The last offsets below a marker may hold no record (transaction markers, compaction):
         no record then ends the replay, but Kafka's read position steps over them.
         """
-        sub = self._sub
-        if sub._pending:
-            return
+        host = self._host
+        assigned = host.assigned()
         waiting = [
-            p
-            for p in self.marker
-            if p not in self._reached
-            and p in sub._assigned
-            and not sub._history.active(p)
-            and not sub._gaps.checking(p)
+            p for p in self.marker if p not in self._reached and p in assigned and host.idle(p)
         ]
         if not waiting:
             return
         try:
-            positions = sub._consumer.position([TopicPartition(sub.topic, p) for p in waiting])
+            positions = host.read_positions(waiting)
         except KafkaException as exc:
             log.debug("could not read positions: %s", exc)
             return
-        for tp in positions:
-            if tp.offset >= self.marker[tp.partition]:
-                self._reached.add(tp.partition)
+        for p, offset in positions.items():
+            if offset >= self.marker[p]:
+                self._reached.add(p)
 
     def _complete(self) -> bool:
         wanted = set(self.marker)
-        return wanted <= self._reached and wanted <= self._sub._assigned
+        return wanted <= self._reached and wanted <= self._host.assigned()
 
     def _go_live(self) -> None:
-        sub = self._sub
+        host = self._host
         self.live = True
         held, self._held = self._held, []
-        paused = [TopicPartition(sub.topic, p) for p in self._paused if p in sub._assigned]
+        assigned = host.assigned()
+        paused = [p for p in self._paused if p in assigned]
         self._paused.clear()
-        hook = sub.config.on_live
+        hook = self._config.on_live
         if hook is not None:
 
             def call() -> None:
                 try:
                     hook()
                 except Exception as exc:
-                    sub._report("on_live raised", exc)
+                    host.report("on_live raised", exc)
 
-            sub._lock.call(call)  # after the subscriber lets go of its lock
+            host.call_later(call)  # user code: after the subscriber lets go of its lock
         log.info("durable client %r is live", self.durable_id)
-        sub._pending.extendleft(reversed(held))
+        host.requeue(held)
         if paused:
-            sub._consumer.resume(paused)
+            host.resume(paused)
 
     def _delivered(self) -> dict[int, int]:
-        sub = self._sub
-        return {p: o for p in sorted(sub._assigned) if (o := sub._next.get(p, -1)) >= 0}
+        positions = self._host.positions()
+        return {p: o for p in sorted(self._host.assigned()) if (o := positions.get(p, -1)) >= 0}
 
     def _commit(self, positions: dict[int, int], *, asynchronous: bool, force: bool) -> None:
-        sub = self._sub
-        changed = [
-            TopicPartition(sub.topic, p, o)
+        assigned = self._host.assigned()
+        changed = {
+            p: o
             for p, o in positions.items()
-            if p in sub._assigned and (force or self._committed.get(p) != o)
-        ]
+            if p in assigned and (force or self._committed.get(p) != o)
+        }
         if not changed:
             return
-        if asynchronous:
-            sub._consumer.commit(offsets=changed, asynchronous=True)
-        else:
-            sub._consumer.commit(offsets=changed, asynchronous=False)
-        for tp in changed:
-            self._committed[tp.partition] = tp.offset
-            self._fresh.discard(tp.partition)
+        self._host.commit(changed, asynchronous=asynchronous)
+        for p, o in changed.items():
+            self._committed[p] = o
+            self._fresh.discard(p)

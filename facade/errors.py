@@ -97,7 +97,7 @@ class OffsetOutOfRangeError(BolideError):
 
 
 class NotAssignedError(BolideError):
-    """A grouped subscriber confirmed without holding the lease."""
+    """A grouped subscriber confirmed without holding the lease (its partition moved on)."""
 
 
 class IllegalSubscriberStateError(BolideError):

@@ -293,7 +293,7 @@ class DurableRegistry(Protocol):
         ...
 
     def mark(self, durable_id: str, stream: str, marker: Mapping[int, int]) -> None:
-        """Store the marker of the latest connect."""
+        """Store the marker of the latest connect: each partition's end, where replay stops."""
         ...
 
     def release(self, durable_id: str, owner: str) -> bool:

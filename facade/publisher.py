@@ -18,7 +18,7 @@ from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.record import GROUP_HEADER, Record
+from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
 
 __all__ = ["PublishCallback", "Publisher"]
 
@@ -209,8 +209,8 @@ class Publisher(Closing):
         headers: Any = rec.headers or None
         if rec.group is not None:
             # One group header, even for a record that was read and is published again.
-            headers = [h for h in rec.headers if h[0] != GROUP_HEADER]
-            headers.append((GROUP_HEADER, rec.group.encode()))
+            headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
+            headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
         while True:
             try:
                 self._producer.produce(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
 __all__ = [
-    "GROUP_HEADER",
+    "MESSAGE_GROUP_HEADER",
     "Headers",
     "HeadersInput",
     "Record",
@@ -17,10 +17,13 @@ __all__ = [
     "group_from_headers",
     "normalize_headers",
     "record_from_message",
+    "trusted_record",
 ]
 
-#: Carries a record's message group, so that readers get ``Record.group`` back.
-GROUP_HEADER = "bolide.group"
+#: Carries a record's message group (``Record.group``, the Kafka key), so that readers can tell
+#: a group id from any other key. Not the subscriber group (a Kafka consumer group) nor the
+#: resequencing group (``SEQUENCE_GROUP_HEADER``); see docs/concepts.md.
+MESSAGE_GROUP_HEADER = "bolide.group"
 
 Headers: TypeAlias = list[tuple[str, bytes]]
 HeadersInput: TypeAlias = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]] | None
@@ -66,7 +69,8 @@ class Record:
         data: The payload bytes.
         key: The Kafka key; defaults to the group id when ``group`` is set.
         headers: A dict or a list of ``(str, bytes)`` pairs (repeated names allowed).
-        group: Message group id (HornetQ's JMSXGroupID); becomes the Kafka key.
+        group: Message group id (HornetQ's JMSXGroupID): becomes the Kafka key, so one member
+            of a subscriber group reads the group in order (docs/concepts.md, glossary).
 
     After publishing or polling, ``offset``, ``partition`` and ``timestamp_ms`` are set.
     Durable replays set ``replayed``; a serde sets ``value`` to the decoded object.
@@ -187,9 +191,51 @@ class RecordBatch(Sequence[Record]):
 def group_from_headers(headers: Headers) -> str | None:
     """The message group a ``bolide.group`` header names, or ``None``."""
     for name, value in headers:
-        if name == GROUP_HEADER:
+        if name == MESSAGE_GROUP_HEADER:
             return value.decode(errors="replace")
     return None
+
+
+_new = object.__new__  # bound once: one attribute lookup fewer per record read
+
+
+def trusted_record(
+    data: bytes,
+    key: bytes | None,
+    headers: Headers,
+    stream: str | None,
+    partition: int | None,
+    offset: int | None,
+    timestamp_ms: int | None,
+) -> Record:
+    """A ``Record`` built from fields that are already in shape, without validation.
+
+    The one constructor for records read back from Kafka, the SQL history or Spark: their
+    values came from a broker or our own tables, so the checks and copies of ``Record()`` are
+    skipped (reads are hot). Every slot is set: ``group`` from the ``bolide.group`` header,
+    ``replayed`` false, ``value`` none.
+
+    Args:
+        data: The payload, as ``bytes`` (not a ``memoryview``).
+        key: The Kafka key, as ``bytes`` or ``None``.
+        headers: ``(str, bytes)`` pairs; the record owns the list from now on.
+        stream: The stream (topic) name.
+        partition: The partition.
+        offset: The Kafka offset.
+        timestamp_ms: The record's timestamp in epoch milliseconds.
+    """
+    record: Record = _new(Record)
+    record.data = data
+    record.key = key
+    record.headers = headers
+    record.group = group_from_headers(headers) if headers else None
+    record.stream = stream
+    record.partition = partition
+    record.offset = offset
+    record.timestamp_ms = timestamp_ms
+    record.replayed = False
+    record.value = None
+    return record
 
 
 def record_from_message(msg: Message, topic: str | None = None) -> Record:
@@ -199,21 +245,15 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
         msg: A message without error.
         topic: The topic name when the caller knows it (saves a call per record).
     """
-    record = Record.__new__(Record)  # the payload is bytes already: skip the checks
-    record.data = msg.value() or b""
-    record.key = msg.key()
-    # Consumed messages carry headers as a list of pairs (or None).
-    headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
-    if headers:
-        record.headers = [(name, value if value is not None else b"") for name, value in headers]
-        record.group = group_from_headers(record.headers)
-    else:
-        record.headers = []
-        record.group = None
-    record.offset = msg.offset()
-    record.partition = msg.partition()
-    record.timestamp_ms = msg.timestamp()[1]
-    record.replayed = False
-    record.stream = topic if topic is not None else msg.topic()
-    record.value = None
-    return record
+    # Consumed messages carry a list of pairs or None, never a dict (an annotation, not cast():
+    # no call on the poll path).
+    headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
+    return trusted_record(
+        msg.value() or b"",
+        msg.key(),
+        [(name, value if value is not None else b"") for name, value in headers] if headers else [],
+        topic if topic is not None else msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        msg.timestamp()[1],
+    )

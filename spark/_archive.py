@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
 
-from bolide.facade.record import Record
+from bolide.facade.record import Record, trusted_record
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,7 +36,7 @@ _ARCHIVE_SCHEMA = (
 
 
 def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
-    """Records (with stream, partition, offset, timestamp) from Kafka-schema Arrow rows."""
+    """Records (with stream, position, timestamp, message group) from Kafka-schema Arrow rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -51,15 +51,14 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
         if "headers" in table.column_names
         else [None] * table.num_rows
     )
+    # Arrow gives bytes for binary columns; the trusted constructor also reads the message group.
     for topic, partition, offset, key, value, pairs, ms in zip(
         *columns, values, headers, millis, strict=True
     ):
-        record = Record(
+        record = trusted_record(
             value or b"",
-            key=key,
-            headers=[(h["key"], h["value"]) for h in pairs or []],
-        )
-        record.stream, record.partition, record.offset, record.timestamp_ms = (
+            key,
+            [(h["key"], h["value"] or b"") for h in pairs] if pairs else [],
             topic,
             partition,
             offset,

@@ -1,4 +1,4 @@
-"""Resequencing in Structured Streaming: per-group state with ``applyInPandasWithState``.
+"""Resequencing in Structured Streaming: per-sequence-group state with ``applyInPandasWithState``.
 
 The rules are the facade Resequencer's (``bolide.facade.resequencer.core``): a group is its id
 within one topic partition; headers are parsed by ``parse_sequence`` (numbers 0-based); batch
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import (
-    GROUP_HEADER,
     NUMBER_HEADER,
+    SEQUENCE_GROUP_HEADER,
     SIZE_HEADER,
     Invalid,
     Reason,
@@ -258,13 +258,12 @@ def resequenced(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if "headers" not in df.columns:
         raise ValueError("the DataFrame has no headers column: read it with includeHeaders=true")
-    names = ", ".join(f"'{n}'" for n in (GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
+    names = ", ".join(f"'{n}'" for n in (SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
     rows = df.select(*_KAFKA_COLUMNS).withColumn(
         "_sequenced", F.expr(f"coalesce(exists(headers, h -> h.key IN ({names})), false)")
     )
-    group_id = F.expr(
-        f"cast(element_at(filter(headers, h -> h.key = '{GROUP_HEADER}'), -1).value AS string)"
-    )
+    last_group = f"element_at(filter(headers, h -> h.key = '{SEQUENCE_GROUP_HEADER}'), -1)"
+    group_id = F.expr(f"cast({last_group}.value AS string)")
     plain = rows.where(~F.col("_sequenced")).select(
         *_KAFKA_COLUMNS,
         F.lit(None).cast("string").alias("seq_group"),

@@ -272,7 +272,7 @@ def resequence(
     on_batch: BatchCallback | None = None,
     options: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
-    """Publish each group's records to ``output`` in sequence order (stateful streaming).
+    """Publish each sequence group's records to ``output`` in order (stateful streaming).
 
     Groups are read from the ``bolide.seq.*`` headers (see ``resequenced`` for the rules).
     Released records keep their key (so a group stays on one partition), payload and headers;

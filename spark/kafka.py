@@ -173,7 +173,8 @@ def kafka_options(
         **options: Spark options by Spark's names (``startingOffsets``, ``endingOffsets``,
             ``failOnDataLoss``, ``maxOffsetsPerTrigger``, ``includeHeaders``...), passed
             through as strings. ``startingOffsets`` also takes an ``InitialOffsetScheme`` or
-            ``"auto"``: Meteor's table, so AUTO is EARLIEST for a group and LATEST without.
+            ``"auto"``: the initial offset schemes (docs/concepts.md), so AUTO is EARLIEST for a
+            subscriber group and LATEST without.
 
     Returns:
         Option names to string values.

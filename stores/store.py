@@ -21,7 +21,7 @@ from sqlalchemy.pool import StaticPool
 
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.ports import Closing
-from bolide.facade.record import Record, group_from_headers
+from bolide.facade.record import Record, trusted_record
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.facade.validate import check_int
 from bolide.stores import _migrate
@@ -245,8 +245,17 @@ class SqlStore(Closing):
                 )
                 for off, name, value in header_rows.all():
                     headers.setdefault(off, []).append((_header_name(name), bytes(value)))
+            # Rows come from our own tables: the trusted constructor skips the checks.
             return [
-                _record(stream, partition, off, ts, key, payload, headers.get(off, []))
+                trusted_record(
+                    payload if type(payload) is bytes else bytes(payload),
+                    key if key is None or type(key) is bytes else bytes(key),
+                    headers.get(off, []),
+                    stream,
+                    partition,
+                    off,
+                    ts,
+                )
                 for off, ts, key, payload in rows
             ]
 
@@ -472,27 +481,3 @@ def _rows(
 
 def _only(batches: Mapping[str, Sequence[Record]]) -> str | None:
     return next(iter(batches)) if len(batches) == 1 else None
-
-
-def _record(
-    stream: str,
-    partition: int,
-    offset: int,
-    timestamp_ms: int | None,
-    key: bytes | None,
-    payload: bytes,
-    headers: list[tuple[str, bytes]],
-) -> Record:
-    # Rows come from our own table: skip the constructor's validation (reads are hot).
-    rec = Record.__new__(Record)
-    rec.data = payload if type(payload) is bytes else bytes(payload)
-    rec.key = key if key is None or type(key) is bytes else bytes(key)
-    rec.headers = headers
-    rec.group = group_from_headers(headers) if headers else None
-    rec.stream = stream
-    rec.partition = partition
-    rec.offset = offset
-    rec.timestamp_ms = timestamp_ms
-    rec.replayed = False
-    rec.value = None
-    return rec

@@ -1,9 +1,10 @@
-"""Resequencer: releases the records of a group in sequence order, whatever order they came in.
+"""Resequencer: releases the records of a sequence group in order, whatever order they came in.
 
-Records of a group carry three headers (see ``resequencer.sequence``): the group id, the
-group size and a 0-based sequence number. ``publish_sequence`` stamps them and keys the records
-by group, so a whole group lands on one partition and is read by one member of a subscriber
-group. Records without those headers pass straight through.
+Here "group" means a sequence group (docs/concepts.md), not a subscriber group. Its records
+carry three headers (see ``resequencer.sequence``): the group id, the group size and a 0-based
+sequence number. ``publish_sequence`` stamps them and keys the records by group, so a whole
+group lands on one partition and is read by one member of a subscriber group. Records without
+those headers pass straight through.
 
 Crash safety needs no distributed hash table: ``safe_offset(partition)`` never passes the first
 offset of a group that is not finished, so a subscriber that confirms only up to it leaves every
@@ -23,7 +24,7 @@ from bolide.facade.errors import ResequencerFullError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import (
-    GROUP_HEADER,
+    SEQUENCE_GROUP_HEADER,
     Invalid,
     Reason,
     publish_sequence,
@@ -413,7 +414,7 @@ class Resequencer:
         try:
             raw.decode()  # once per group: the group id must be UTF-8
         except UnicodeDecodeError:
-            detail = f"{GROUP_HEADER} is not UTF-8: {raw[:40]!r}"
+            detail = f"{SEQUENCE_GROUP_HEADER} is not UTF-8: {raw[:40]!r}"
             self._reject(record, Reason.MALFORMED, detail, track, dead)
             return None
         if self._batch and size > self.capacity:

@@ -1,4 +1,4 @@
-"""Sequence headers: what marks a record as part of a resequenced group, and how to stamp it.
+"""Sequence headers: what marks a record as part of a sequence group, and how to stamp it.
 
 A resequenced record carries three headers (all UTF-8 / ASCII text, so raw consumers and Spark
 can read them):
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DETAIL_HEADER",
-    "GROUP_HEADER",
     "NUMBER_HEADER",
     "REASON_HEADER",
+    "SEQUENCE_GROUP_HEADER",
     "SIZE_HEADER",
     "Invalid",
     "Reason",
@@ -41,13 +41,13 @@ __all__ = [
     "sequence_headers",
 ]
 
-GROUP_HEADER = "bolide.seq.group"
+SEQUENCE_GROUP_HEADER = "bolide.seq.group"
 SIZE_HEADER = "bolide.seq.size"
 NUMBER_HEADER = "bolide.seq.number"
 REASON_HEADER = "bolide.reason"
 DETAIL_HEADER = "bolide.reason.detail"
 
-_SEQ_NAMES = frozenset((GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
+_SEQ_NAMES = frozenset((SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
 #: More digits than this is not a number anyone means (and keeps int() cheap on hostile input).
 _MAX_DIGITS = 18
 
@@ -108,7 +108,7 @@ def parse_sequence(record: Record) -> Sequence | Invalid | None:
     group_raw = size_raw = number_raw = None
     for name, value in record.headers:
         if name in _SEQ_NAMES:
-            if name == GROUP_HEADER:
+            if name == SEQUENCE_GROUP_HEADER:
                 group_raw = value
             elif name == SIZE_HEADER:
                 size_raw = value
@@ -123,7 +123,7 @@ def parse_sequence(record: Record) -> Sequence | Invalid | None:
         except (UnicodeDecodeError, AttributeError):
             group = None
     if group is None:
-        return Invalid(Reason.MALFORMED, f"{GROUP_HEADER} is missing, empty or not UTF-8")
+        return Invalid(Reason.MALFORMED, f"{SEQUENCE_GROUP_HEADER} is missing, empty or not UTF-8")
     if size_raw is None or number_raw is None:
         missing = SIZE_HEADER if size_raw is None else NUMBER_HEADER
         return Invalid(Reason.MALFORMED, f"{missing} is missing", group)
@@ -154,7 +154,7 @@ def scan_sequence(record: Record) -> tuple[bytes, int, int] | Invalid | None:
     number: object
     if (
         len(headers) >= 3
-        and headers[-3][0] == GROUP_HEADER
+        and headers[-3][0] == SEQUENCE_GROUP_HEADER
         and headers[-2][0] == SIZE_HEADER
         and headers[-1][0] == NUMBER_HEADER
     ):
@@ -162,7 +162,7 @@ def scan_sequence(record: Record) -> tuple[bytes, int, int] | Invalid | None:
         group, size, number = headers[-3][1], headers[-2][1], headers[-1][1]
     else:
         found = dict(headers)  # the last value of a repeated header counts
-        group = found.get(GROUP_HEADER)
+        group = found.get(SEQUENCE_GROUP_HEADER)
         size = found.get(SIZE_HEADER)
         number = found.get(NUMBER_HEADER)
     if group is None and size is None and number is None:
@@ -190,7 +190,7 @@ def scan_sequence(record: Record) -> tuple[bytes, int, int] | Invalid | None:
 def sequence_headers(group: str, size: int, number: int) -> list[tuple[str, bytes]]:
     """The three headers that place a record at ``number`` (0-based) in a group of ``size``."""
     return [
-        (GROUP_HEADER, group.encode()),
+        (SEQUENCE_GROUP_HEADER, group.encode()),
         (SIZE_HEADER, str(size).encode("ascii")),
         (NUMBER_HEADER, str(number).encode("ascii")),
     ]

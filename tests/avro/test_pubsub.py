@@ -22,7 +22,7 @@ from bolide.stores import Archiver, SqlSchemaRegistry, SqlStore
 from bolide.stores.typed_archive import typed_table_name
 from tests.avro.conftest import ORDER_V1, ORDER_V2, order
 from tests.conftest import eventually
-from tests.stores.conftest import make_db_url
+from tests.history.conftest import make_db_url
 
 pytestmark = pytest.mark.kafka
 

@@ -33,7 +33,7 @@ from bolide.stores import SqlStore
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.typed_archive import write_typed
 from tests.avro.conftest import ORDER_V1, ORDER_V2, ORDER_V3, order
-from tests.stores.conftest import make_db_url
+from tests.history.conftest import make_db_url
 
 KINDS = [
     "memory",

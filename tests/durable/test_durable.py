@@ -27,7 +27,7 @@ from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
 from bolide.stores.durable_registry import DurableRegistry
 from tests.durable.conftest import LIVE, Events, publish
-from tests.facade.test_sparse_offsets import publish_transactions
+from tests.pubsub.test_sparse_offsets import publish_transactions
 
 pytestmark = pytest.mark.kafka
 

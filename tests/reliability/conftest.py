@@ -34,8 +34,8 @@ from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 from bolide.facade.kafka import probe_consumer
+from tests.history.conftest import PG_ADMIN_URL, make_db_url, pg_admin
 from tests.reliability.worker import LEASE_MS
-from tests.stores.conftest import PG_ADMIN_URL, make_db_url, pg_admin
 
 __all__ = [
     "KILLS",

@@ -31,8 +31,8 @@ from bolide.facade import (
 from bolide.facade.cli.main import build_parser
 from bolide.facade.record import normalize_headers
 from bolide.facade.resequencer.sequence import (
-    GROUP_HEADER,
     NUMBER_HEADER,
+    SEQUENCE_GROUP_HEADER,
     SIZE_HEADER,
     Invalid,
     Sequence,
@@ -92,7 +92,7 @@ seq_value = (
 )
 seq_headers = st.lists(
     st.tuples(
-        st.sampled_from([GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER, "other"]),
+        st.sampled_from([SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER, "other"]),
         seq_value,
     ),
     max_size=6,

@@ -37,7 +37,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER
+from bolide.facade.resequencer.sequence import NUMBER_HEADER, SEQUENCE_GROUP_HEADER
 
 LEASE_MS = 4_000
 RESEQ_TIMEOUT_S = 3.0
@@ -84,7 +84,7 @@ def _connect(args: argparse.Namespace) -> Subscriber:
 
 def _line(record: Record) -> str:
     line = f"P {record.partition} {record.offset}"
-    group = record.header(GROUP_HEADER)
+    group = record.header(SEQUENCE_GROUP_HEADER)
     if group is not None:
         line += f" {group.decode()} {(record.header(NUMBER_HEADER) or b'').decode()}"
     return line + "\n"

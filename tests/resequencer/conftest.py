@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from bolide.facade import Record
-from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, sequence_headers
+from bolide.facade.resequencer.sequence import (
+    NUMBER_HEADER,
+    SEQUENCE_GROUP_HEADER,
+    sequence_headers,
+)
 
 
 class FakeClock:
@@ -49,7 +53,7 @@ def plain_record(*, offset: int | None = None, partition: int | None = 0) -> Rec
 
 def seq_of(record: Record) -> tuple[str, int]:
     """``(group, number)`` of a sequenced record."""
-    group = record.header(GROUP_HEADER)
+    group = record.header(SEQUENCE_GROUP_HEADER)
     number = record.header(NUMBER_HEADER)
     assert group is not None and number is not None
     return group.decode(), int(number)

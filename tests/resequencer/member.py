@@ -27,13 +27,13 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER
+from bolide.facade.resequencer.sequence import NUMBER_HEADER, SEQUENCE_GROUP_HEADER, SIZE_HEADER
 
 LEASE_MS = 6000
 
 
 def _process(out: TextIO, record: Record) -> None:
-    group = (record.header(GROUP_HEADER) or b"").decode()
+    group = (record.header(SEQUENCE_GROUP_HEADER) or b"").decode()
     number = (record.header(NUMBER_HEADER) or b"").decode()
     size = (record.header(SIZE_HEADER) or b"").decode()
     out.write(f"R {time.time():.6f} {record.partition} {record.offset} {group} {number} {size}\n")

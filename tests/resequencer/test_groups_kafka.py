@@ -35,9 +35,9 @@ from bolide.facade import (
 from bolide.facade.kafka import probe_consumer
 from bolide.facade.resequencer.sequence import (
     DETAIL_HEADER,
-    GROUP_HEADER,
     NUMBER_HEADER,
     REASON_HEADER,
+    SEQUENCE_GROUP_HEADER,
     SIZE_HEADER,
     sequence_headers,
 )
@@ -196,9 +196,8 @@ def test_rejected_and_timed_out_records_reach_the_dead_letter_stream(cluster, st
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         for number in (2, 0):  # group "t" never completes: 1 is missing
             pub.publish(Record(b"t", headers=sequence_headers("t", 3, number), group="t"))
-        pub.publish(
-            Record(b"bad", headers={GROUP_HEADER: "g", SIZE_HEADER: "2", NUMBER_HEADER: "7"})
-        )
+        bad = {SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "2", NUMBER_HEADER: "7"}
+        pub.publish(Record(b"bad", headers=bad))
         last = publish_sequence(pub, [b"a", b"b"], group="ok")[-1]
     dead_pub = Publisher(cluster, PublisherConfig(stream=dlq))
     reseq = Resequencer(
@@ -227,7 +226,7 @@ def test_a_dead_letter_stream_that_refuses_holds_confirmation(cluster, stream_fa
     dead_pub = Publisher(cluster, PublisherConfig(stream=stream_factory(name_prefix="dlq")))
     dead_pub.close()  # publishing to it now fails
     reseq = Resequencer(dead_letter=dead_pub)
-    bad = Record(b"bad", headers={GROUP_HEADER: "g", SIZE_HEADER: "1", NUMBER_HEADER: "1"})
+    bad = Record(b"bad", headers={SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "1", NUMBER_HEADER: "1"})
     bad.partition, bad.offset = 0, 0
     assert reseq.offer(bad) == []
     plain = Record(b"plain")

@@ -16,7 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bolide.facade import Record, Resequencer, ResequencerFullError
-from bolide.facade.resequencer.sequence import GROUP_HEADER, NUMBER_HEADER, SIZE_HEADER, Reason
+from bolide.facade.resequencer.sequence import (
+    NUMBER_HEADER,
+    SEQUENCE_GROUP_HEADER,
+    SIZE_HEADER,
+    Reason,
+)
 from tests.resequencer.conftest import FakeClock, plain_record, seq_of, seq_record
 
 MODES = ("batch", "stream")
@@ -124,7 +129,7 @@ def test_releases_each_group_once_in_sequence_and_safe_offset_follows_the_model(
         model.arrive(partition, offset, item, 0.0)
         plain_seen += item is None
         for rec in out:
-            if rec.header(GROUP_HEADER) is None:
+            if rec.header(SEQUENCE_GROUP_HEADER) is None:
                 assert rec is record, "a plain record is released by its own offer"
                 plain_out += 1
                 continue
@@ -175,7 +180,7 @@ def test_timeouts_keep_order_lose_nothing_and_hold_confirmation(
     for (partition, offset, item), step in zip(items, steps * 2, strict=False):
         clock.advance(step)
         for rec in reseq.offer(_make(partition, offset, item)):
-            if rec.header(GROUP_HEADER) is not None:
+            if rec.header(SEQUENCE_GROUP_HEADER) is not None:
                 released[(rec.partition or 0, seq_of(rec)[0])].append(seq_of(rec)[1])
         model.arrive(partition, offset, item, clock.now)
         for p in model.seen:
@@ -199,7 +204,9 @@ def test_timeouts_keep_order_lose_nothing_and_hold_confirmation(
         assert reseq.safe_offset(p) == seen[-1][0]
 
 
-_NAMES = st.sampled_from((GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER, "other", "bolide.reason"))
+_NAMES = st.sampled_from(
+    (SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER, "other", "bolide.reason")
+)
 _VALUES = st.one_of(
     st.binary(max_size=24),
     st.integers(-5, 10**20).map(lambda n: str(n).encode()),
@@ -229,7 +236,7 @@ def test_fuzzed_headers_never_crash_and_bad_ones_are_rejected(
         records.append(record)
         out = reseq.offer(record)
         names = {name for name, _ in pairs}
-        if not names & {GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER}:
+        if not names & {SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER}:
             assert out == [record]
         for rec in out:
             assert any(rec is r for r in records)
@@ -290,16 +297,16 @@ def test_duplicates_are_dropped_and_counted(mode: str) -> None:
 @pytest.mark.parametrize(
     ("headers", "reason"),
     [
-        ({GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "3"}, Reason.OUT_OF_RANGE),
-        ({GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "-1"}, Reason.OUT_OF_RANGE),
-        ({GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "one"}, Reason.MALFORMED),
-        ({GROUP_HEADER: "g", SIZE_HEADER: "0", NUMBER_HEADER: "0"}, Reason.MALFORMED),
-        ({GROUP_HEADER: "g", SIZE_HEADER: " 3", NUMBER_HEADER: "0"}, Reason.MALFORMED),
-        ({GROUP_HEADER: "g", NUMBER_HEADER: "0"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "3"}, Reason.OUT_OF_RANGE),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "-1"}, Reason.OUT_OF_RANGE),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "3", NUMBER_HEADER: "one"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "0", NUMBER_HEADER: "0"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: " 3", NUMBER_HEADER: "0"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", NUMBER_HEADER: "0"}, Reason.MALFORMED),
         ({SIZE_HEADER: "3", NUMBER_HEADER: "0"}, Reason.MALFORMED),
-        ({GROUP_HEADER: b"\xff", SIZE_HEADER: "3", NUMBER_HEADER: "0"}, Reason.MALFORMED),
-        ({GROUP_HEADER: "g", SIZE_HEADER: "9" * 40, NUMBER_HEADER: "0"}, Reason.MALFORMED),
-        ({GROUP_HEADER: "g", SIZE_HEADER: "4", NUMBER_HEADER: "0"}, Reason.SIZE_MISMATCH),
+        ({SEQUENCE_GROUP_HEADER: b"\xff", SIZE_HEADER: "3", NUMBER_HEADER: "0"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "9" * 40, NUMBER_HEADER: "0"}, Reason.MALFORMED),
+        ({SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "4", NUMBER_HEADER: "0"}, Reason.SIZE_MISMATCH),
     ],
 )
 def test_bad_sequence_headers_go_to_the_dead_letter_target_with_a_reason(
@@ -326,7 +333,7 @@ def test_a_failing_dead_letter_target_holds_confirmation_before_the_record() -> 
         raise RuntimeError("dead-letter stream unavailable")
 
     reseq = Resequencer(dead_letter=refuse)
-    bad = Record(b"bad", headers={GROUP_HEADER: "g", SIZE_HEADER: "x", NUMBER_HEADER: "0"})
+    bad = Record(b"bad", headers={SEQUENCE_GROUP_HEADER: "g", SIZE_HEADER: "x", NUMBER_HEADER: "0"})
     bad.partition, bad.offset = 0, 0
     assert reseq.offer(bad) == []
     assert reseq.offer(plain_record(offset=1))

@@ -20,7 +20,7 @@ from bolide.facade.resequencer.sequence import (
     sequence_headers,
 )
 from bolide.spark import BatchReport, archive, load_archive, query, resequence
-from bolide.spark._archive import has_jdbc_driver, jdbc_options
+from bolide.spark._archive import has_jdbc_driver, jdbc_options, records_by_stream
 from bolide.stores import SqlStore
 
 from .conftest import publish, sample
@@ -196,6 +196,27 @@ def test_query_over_the_archive(
         assert sum(g[3] for g in got) == headers, via
     stored = load_archive(spark, store_url, [stream.name], via="store")
     assert stored.orderBy("offset").first()["headers"] is None  # record 0 has no headers
+
+
+@pytest.mark.kafka
+def test_records_read_back_through_spark_keep_their_message_group(
+    spark: Any, cluster: Cluster, stream_factory, sqlite_url: str, tmp_path: Path
+) -> None:
+    stream = stream_factory()
+    sent = [Record(b"a", group="order-1"), Record(b"b", key="plain"), Record(b"c", group="o-2")]
+    publish(cluster, stream, sent)
+    archive(spark, stream, sqlite_url, str(tmp_path / "ckpt"), bootstrap=cluster)
+    table = load_archive(spark, sqlite_url, [stream.name], via="store").orderBy("offset").toArrow()
+    back = records_by_stream(table)[stream.name]
+    assert [(r.data, r.group, r.key) for r in back] == [
+        (b"a", "order-1", b"order-1"),
+        (b"b", None, b"plain"),
+        (b"c", "o-2", b"o-2"),
+    ]
+    assert [r.group for r in back] == [r.group for r in _stored(sqlite_url, stream)]
+    assert [(r.stream, r.partition, r.offset) for r in back] == [
+        (stream.name, 0, n) for n in range(3)
+    ]
 
 
 def _jdbc_available(spark: Any, url: str) -> bool:

@@ -22,7 +22,7 @@ from bolide.spark import KAFKA_SCHEMA, cluster_source_options, kafka_options, re
 from bolide.spark._reader import SourceOptions, cap_offsets
 from bolide.stores import SqlStore
 from tests.conftest import eventually
-from tests.facade.test_sparse_offsets import publish_transactions
+from tests.pubsub.test_sparse_offsets import publish_transactions
 
 from .conftest import publish, sample
 

@@ -15,8 +15,8 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from tests.conftest import eventually
-from tests.facade.test_publisher_close import broker as broker  # the fixture
-from tests.facade.test_publisher_close import orphaned_publisher
+from tests.pubsub.test_publisher_close import broker as broker  # the fixture
+from tests.pubsub.test_publisher_close import orphaned_publisher
 
 pytestmark = pytest.mark.kafka
 

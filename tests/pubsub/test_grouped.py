@@ -23,7 +23,7 @@ from bolide.facade import (
 )
 from bolide.facade.kafka import admin_client
 from tests.conftest import eventually
-from tests.facade.test_ungrouped import Errors
+from tests.pubsub.test_ungrouped import Errors
 
 pytestmark = pytest.mark.kafka
 

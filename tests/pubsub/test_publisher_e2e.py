@@ -20,7 +20,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from tests.conftest import eventually
-from tests.facade.test_grouped import LEASE_MS, wait_until_settled
+from tests.pubsub.test_grouped import LEASE_MS, wait_until_settled
 
 pytestmark = pytest.mark.kafka
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from bolide.facade import Cluster, StreamConfig
 from bolide.stores import Archiver, SqlStore
-from tests.stores.test_archiver import FAST_GROUP, committed, publish
+from tests.history.test_archiver import FAST_GROUP, committed, publish
 
 pytestmark = [pytest.mark.kafka, pytest.mark.reliability]
 

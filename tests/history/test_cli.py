@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from bolide.facade import Cluster, Record, StreamConfig
 from bolide.facade.cli.store import statement_count
 from bolide.stores import SqlStore
-from tests.stores.test_archiver import FAST_GROUP, publish
+from tests.history.test_archiver import FAST_GROUP, publish
 
 BOLIDE = [sys.executable, "-m", "bolide.facade.cli.main"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Message
 
 from bolide.facade import (
     Cluster,
@@ -14,6 +15,7 @@ from bolide.facade import (
     StreamConfig,
     SubscriberConfig,
 )
+from bolide.facade.record import MESSAGE_GROUP_HEADER, record_from_message, trusted_record
 
 
 def test_record_defaults_and_headers():
@@ -33,6 +35,26 @@ def test_record_group_is_the_key():
         Record(b"x", group=7)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="group"):
         Record(b"x", group="")
+
+
+def test_records_read_from_kafka_set_every_slot_and_their_message_group():
+    headers = [("a", b"1"), (MESSAGE_GROUP_HEADER, b"ACME"), ("empty", None)]
+    msg = Message(
+        topic="t", partition=2, offset=7, key=b"ACME", value=b"x", headers=headers, timestamp=(1, 5)
+    )
+    record = record_from_message(msg)
+    assert all(hasattr(record, slot) for slot in Record.__slots__)
+    assert record == trusted_record(
+        b"x", b"ACME", [("a", b"1"), (MESSAGE_GROUP_HEADER, b"ACME"), ("empty", b"")], "t", 2, 7, 5
+    )
+    assert (record.group, record.timestamp_ms, record.replayed, record.value) == (
+        "ACME",
+        5,
+        False,
+        None,
+    )
+    bare = record_from_message(Message(topic="t", partition=0, offset=0, value=None))
+    assert (bare.data, bare.key, bare.headers, bare.group) == (b"", None, [], None)
 
 
 @pytest.mark.parametrize(

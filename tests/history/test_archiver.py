@@ -22,7 +22,7 @@ from bolide.facade import (
 )
 from bolide.stores import Archiver, ArchiverStats, SqlStore, require_delete_records
 from tests.conftest import eventually
-from tests.facade.test_sparse_offsets import publish_transactions
+from tests.pubsub.test_sparse_offsets import publish_transactions
 
 pytestmark = pytest.mark.kafka
 

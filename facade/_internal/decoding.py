@@ -1,0 +1,72 @@
+"""``Decoder``: a subscriber's serde, and the dead letter stream for what it cannot decode."""
+
+from __future__ import annotations
+
+from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
+from bolide.facade.errors import SerializationError
+from bolide.facade.publisher import Publisher
+from bolide.facade.record import Record
+from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
+
+__all__ = ["Decoder"]
+
+
+class Decoder:
+    """Decodes ``record.value`` with ``config.serde``; sends undecodable records to
+    ``config.dead_letter`` when it is set (its publisher is made on the first one)."""
+
+    def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
+        self._cluster = cluster
+        self._serde = config.serde
+        self._topic = config.stream.name
+        self._dead_letter = config.dead_letter
+        self._publisher: Publisher | None = None
+
+    def decode(self, record: Record) -> SerializationError | None:
+        """Decode ``record.value``; return a permanent failure, raise a retriable one.
+
+        A serde's own exception (not a ``SerializationError``) is a permanent failure too,
+        wrapped with the record's place and the original as its cause.
+
+        Raises:
+            SerializationError: A retriable failure (the registry is unreachable): the record
+                is tried again on the next poll.
+        """
+        serde = self._serde
+        try:
+            record.value = serde.decode(
+                record.data, stream=self._topic, partition=record.partition, offset=record.offset
+            )
+        except SerializationError as exc:
+            if exc.retriable:
+                raise
+            return exc
+        except Exception as exc:
+            error = SerializationError(
+                f"{type(serde).__name__} could not decode {self._topic}[{record.partition}] "
+                f"offset {record.offset}: {type(exc).__name__}: {exc}",
+                stream=self._topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
+            error.__cause__ = exc
+            return error
+        return None
+
+    def dead_letter(self, record: Record, exc: SerializationError) -> None:
+        """Publish an undecodable ``record`` to the dead letter stream, with why and whence."""
+        if self._publisher is None:
+            assert self._dead_letter is not None
+            self._publisher = Publisher(self._cluster, PublisherConfig(stream=self._dead_letter))
+        headers = [
+            *record.headers,
+            (REASON_HEADER, b"undecodable"),
+            (DETAIL_HEADER, str(exc).encode()),
+            ("bolide.source", f"{self._topic}/{record.partition}/{record.offset}".encode()),
+        ]
+        self._publisher.publish(Record(record.data, key=record.key, headers=headers))
+
+    def close(self) -> None:
+        """Close the dead letter publisher, if one was made."""
+        if self._publisher is not None:
+            self._publisher.close()

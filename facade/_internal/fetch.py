@@ -1,0 +1,305 @@
+"""``Fetcher``: gathers a subscriber's records from its history, its queue and Kafka.
+
+Positions move only for records a poll returns (and for undecodable records it reports): a
+failure after some records were gathered returns them and raises on the next poll; a failure
+before any raises at once. Nothing taken from Kafka is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Collection
+
+from confluent_kafka import Consumer, KafkaError, Message
+
+from bolide.facade._internal.decoding import Decoder
+from bolide.facade._internal.positions import Positions, Report
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.durable import DurableSession
+from bolide.facade.errors import SerializationError
+from bolide.facade.record import Record, RecordBatch, record_from_message
+
+__all__ = ["Fetcher"]
+
+
+class Fetcher:
+    """Reads one subscriber's records; its caller holds the subscriber's lock.
+
+    Args:
+        cluster: Where the dead letter stream lives.
+        config: The subscriber's settings (batch size, serde, dead letter).
+        consumer: The subscriber's Kafka consumer.
+        assigned: The partitions the subscriber holds; it updates the set in place.
+        positions: The subscriber's positions, moved as records are delivered.
+        durable: A durable client's session (replay flags, live records held back), or ``None``.
+        report: The subscriber's error handler.
+        lease_expired: Called when the consumer missed its poll deadline (the lease is lost).
+        pending: The queue of what is read, not yet delivered (history records and Kafka
+            messages, in order); updated in place, never replaced.
+
+    Attributes:
+        deactivated: The subscriber gave up its lease: keep the consumer served, read nothing.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: SubscriberConfig,
+        consumer: Consumer,
+        assigned: set[int],
+        positions: Positions,
+        durable: DurableSession | None,
+        report: Report,
+        lease_expired: Callable[[], None],
+        pending: deque[Message | Record],
+    ) -> None:
+        self.pending = pending
+        self.deactivated = False
+        self._consumer = consumer
+        self._topic = config.stream.name
+        self._grouped = config.grouped
+        self._limit = config.max_batch
+        self._assigned = assigned
+        self._positions = positions
+        self._next, self._last_read = positions.next, positions.last_read
+        self._history, self._gaps = positions.history, positions.gaps
+        self._decoder = Decoder(cluster, config) if config.serde is not None else None
+        self._dead_letter = config.dead_letter is not None
+        self._durable = durable
+        # The common case (no serde, no durable replay) skips the per-record checks.
+        self._plain = self._decoder is None and durable is None
+        self._report = report
+        self._lease_expired = lease_expired
+        # Raised by the next poll, with the position of the record it consumed (if any).
+        self._deferred: tuple[Exception, tuple[int, int] | None] | None = None
+        self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
+
+    def poll(self, deadline: float) -> RecordBatch:
+        """Gather up to ``max_batch`` records, waiting until ``deadline`` for the first one.
+
+        Raises:
+            Exception: The failure deferred by the previous poll, or one before any record
+                was gathered; the records not delivered stay queued.
+        """
+        if self._deferred is not None:
+            (error, consumed), self._deferred = self._deferred, None
+            if consumed is not None:
+                self._last_read[consumed[0]] = consumed[1]
+            raise error
+        if self._durable is not None:
+            self._durable.before_poll()
+        limit = self._limit
+        # History joins the queue behind what is already queued, so each partition stays in
+        # offset order; its Kafka partitions stay paused until the history ends.
+        room = limit - len(self.pending)
+        stored = self._history.read(room) if room > 0 else []
+        self.pending.extend(stored)
+        if self.pending and not self.deactivated:
+            # Call the consumer on every poll: that call is what keeps the lease.
+            msg = self._consumer.poll(0)
+            if msg is not None:
+                self.pending.append(msg)
+        self._positions.history_read()
+        out: list[Record] = []
+        read: dict[int, int] = {}  # last offset read per partition by this call
+        self._consumed = None
+        try:
+            self._gather(out, read, limit, deadline)
+        except Exception as exc:
+            self._last_read.update(read)
+            consumed, self._consumed = self._consumed, None
+            if out:
+                # Deliver what was gathered; the error (and the consumed record's position)
+                # come with the next poll.
+                self._deferred = (exc, consumed)
+                return RecordBatch(out)
+            if consumed is not None:
+                self._last_read[consumed[0]] = consumed[1]
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, SystemExit): hand nothing out, move nothing.
+            self._requeue(out)
+            raise
+        else:
+            self._last_read.update(read)
+        return RecordBatch(out)
+
+    def serve(self, max_messages: int) -> None:
+        """Serve rebalance callbacks; what is read waits in the queue for the next poll."""
+        self.pending.extend(self._consumer.consume(max_messages, 0))
+
+    def drop(self, partitions: Collection[int]) -> None:
+        """Forget what is queued for ``partitions`` (revoked, or repositioned)."""
+        self._keep(lambda m: _partition_of(m) not in partitions)
+
+    def move(self, partition: int, offset: int) -> None:
+        """Move ``partition`` to ``offset``; every other partition restarts where delivery
+        stands, so what was fetched but not yet delivered is dropped and read again."""
+        self.pending.clear()
+        self._positions.move(self._assigned, partition, offset)
+
+    def close(self) -> None:
+        """Release the dead letter publisher."""
+        if self._decoder is not None:
+            self._decoder.close()
+
+    # -- gathering ---------------------------------------------------------------------------
+
+    def _gather(self, out: list[Record], read: dict[int, int], limit: int, deadline: float) -> None:
+        """Fill ``out`` from the queue and Kafka; an item whose handling fails is queued again."""
+        while len(out) < limit:
+            if self.pending:
+                item = self.pending.popleft()
+            else:
+                remaining = deadline - time.monotonic()
+                wait = 0.0 if out else max(0.0, remaining)
+                if self.deactivated:
+                    self._consumer.poll(0)
+                    time.sleep(min(wait, 0.05))
+                    if time.monotonic() >= deadline:
+                        return
+                    continue
+                msgs = self._consumer.consume(1, wait) if not out else []
+                if msgs and len(out) + 1 < limit:
+                    msgs += self._consumer.consume(limit - len(out) - 1, 0)
+                if not msgs:
+                    if out or time.monotonic() >= deadline:
+                        return
+                    continue
+                self._take(msgs, out, read)
+                continue
+            try:
+                record = self._accept(item, read)
+            except BaseException:
+                self.pending.appendleft(item)  # not lost: the next poll tries it again
+                raise
+            if isinstance(record, SerializationError):
+                # Counted as read: once raised, confirming moves past it.
+                self._consumed = _place_of(item)
+                raise record
+            if record is not None:
+                out.append(record)
+
+    def _requeue(self, out: list[Record]) -> None:
+        """Put records gathered by an interrupted call back in front, positions with them."""
+        self.pending.extendleft(reversed(out))
+        for record in reversed(out):
+            if record.partition is not None and record.offset is not None:
+                self._next[record.partition] = record.offset
+
+    def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
+        """Deliver plain messages straight into ``out``; anything else goes through ``_accept``.
+
+        The common case (no serde, no durable replay, no error) skips the per-record checks;
+        the first message that needs them sends it and the rest to the pending queue.
+        """
+        if not self._plain:
+            self.pending.extend(msgs)
+            return
+        next_offsets, fetched = self._next, self._gaps.expected
+        assigned, grouped, topic = self._assigned, self._grouped, self._topic
+        for index, msg in enumerate(msgs):
+            if msg.error() is not None:
+                self.pending.extend(msgs[index:])
+                return
+            partition = msg.partition()
+            if partition is None or (grouped and partition not in assigned):
+                continue
+            expected = fetched.get(partition)
+            record = record_from_message(msg, topic)
+            offset = record.offset
+            if offset is None:
+                continue
+            if expected is not None and offset > expected:
+                try:
+                    refetch = self._refetch_gap(msg)
+                except BaseException:
+                    self.pending.extend(msgs[index:])
+                    raise
+                if refetch:
+                    self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != partition)
+                    return
+            out.append(record)
+            read[partition] = offset
+            next_offsets[partition] = fetched[partition] = offset + 1
+
+    def _refetch_gap(self, msg: Message) -> bool:
+        """``FetchGaps.refetch``, also dropping what is queued for that partition."""
+        if not self._gaps.refetch(self._consumer, msg):
+            return False
+        partition = msg.partition()
+        self._keep(lambda m: _partition_of(m) != partition)
+        return True
+
+    def _keep(self, wanted: Callable[[Message | Record], bool]) -> None:
+        kept = [m for m in self.pending if wanted(m)]
+        self.pending.clear()
+        self.pending.extend(kept)
+
+    def _accept(
+        self, item: Message | Record, read: dict[int, int]
+    ) -> Record | SerializationError | None:
+        """Turn a message into a record to deliver.
+
+        Returns:
+            The record; ``None`` when there is nothing to deliver (an error message handled,
+            a record held back or sent to the dead letter); or the ``SerializationError`` of
+            an undecodable record without a dead letter, which counts as read.
+
+        Raises:
+            Exception: Handling failed; the item was not consumed and positions did not move.
+        """
+        if isinstance(item, Record):
+            record = item
+        else:
+            err = item.error()
+            if err is not None:
+                self._on_error(item, err)
+                return None
+            if (not self._grouped or item.partition() in self._assigned) and self._refetch_gap(
+                item
+            ):
+                return None
+            record = record_from_message(item, self._topic)
+        partition = record.partition if record.partition is not None else 0
+        if self._grouped and partition not in self._assigned:
+            return None
+        failure = self._decoder.decode(record) if self._decoder is not None else None
+        if self._durable is not None and not self._durable.admit(record):
+            return None  # a live record held back until the durable replay is over
+        if failure is not None and self._dead_letter:
+            assert self._decoder is not None
+            self._decoder.dead_letter(record, failure)
+        if record.offset is not None:
+            if failure is None or self._dead_letter:
+                read[partition] = record.offset
+            self._next[partition] = record.offset + 1
+        if failure is not None:
+            return failure if not self._dead_letter else None
+        return record
+
+    def _on_error(self, msg: Message, err: KafkaError) -> None:
+        code = err.code()
+        if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
+            partition = msg.partition() or 0
+            self.move(partition, self._positions.out_of_range(partition, msg.offset()))
+        elif code == KafkaError._PARTITION_EOF:
+            return
+        elif code == KafkaError._MAX_POLL_EXCEEDED:
+            self._lease_expired()
+        else:
+            self._report(f"read error on {self._topic}: {err.str()}", None)
+
+
+def _place_of(item: Message | Record) -> tuple[int, int] | None:
+    """``(partition, offset)`` of a record or message, when it has both."""
+    if isinstance(item, Record):
+        partition, offset = item.partition, item.offset
+    else:
+        partition, offset = item.partition(), item.offset()
+    return (partition, offset) if partition is not None and offset is not None else None
+
+
+def _partition_of(item: Message | Record) -> int | None:
+    return item.partition if isinstance(item, Record) else item.partition()

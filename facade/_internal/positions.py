@@ -1,0 +1,245 @@
+"""``Positions``: where each partition of a subscriber reads next, and how it got there.
+
+It resolves the initial offset scheme (LATEST is the end when the subscriber started),
+assigns Kafka partitions at positions (splicing the stream's history below Kafka's log start,
+else skipping to it with a warning: Meteor's stale read), positions a grouped member after a
+rebalance (never below its own confirm), and keeps the per-partition bookkeeping the
+subscriber moves only for records a poll returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+
+from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
+from bolide.facade.history import HistoryCursor
+from bolide.facade.kafka import FetchGaps, log_ends, log_starts
+
+__all__ = ["EARLIEST", "Positions", "Report"]
+
+EARLIEST = -2  # a symbolic position resolved per partition: the first record available
+
+#: ``report(summary, error)``: the subscriber's error handler (or log).
+Report = Callable[[str, BaseException | None], None]
+
+
+class Positions:
+    """A subscriber's read positions on one stream; its caller holds the subscriber's lock.
+
+    The dictionaries are never replaced, so a hot loop may hold them in locals.
+
+    Attributes:
+        scheme: The initial offset scheme, ``AUTO`` resolved.
+        next: Next offset to deliver, per partition.
+        last_read: Last offset a poll returned, per partition (what ``confirm()`` confirms).
+        confirmed: Highest position (next offset) this member confirmed, per partition.
+        history: The splice: history being read below Kafka's log start.
+        gaps: Fetches that skipped ahead, being read again.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: SubscriberConfig,
+        consumer: Consumer,
+        partitions: int,
+        report: Report,
+    ) -> None:
+        self.topic = config.stream.name
+        self._cluster = cluster
+        self._consumer = consumer
+        self._partitions = partitions
+        self._report = report
+        self.next: dict[int, int] = {}
+        self.last_read: dict[int, int] = {}
+        self.confirmed: dict[int, int] = {}
+        self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
+        self.gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
+        self.history = HistoryCursor(config.stream)
+        scheme = config.initial_offset_scheme
+        if scheme is InitialOffsetScheme.AUTO:
+            scheme = InitialOffsetScheme.EARLIEST if config.grouped else InitialOffsetScheme.LATEST
+        self.scheme = scheme
+        # LATEST means after the last record that existed when the subscriber started.
+        self._latest = (
+            log_ends(cluster, self.topic, range(partitions))
+            if scheme is InitialOffsetScheme.LATEST
+            else {}
+        )
+
+    # -- where a partition starts --------------------------------------------------------
+
+    def require_confirmed(self, group_id: str) -> None:
+        """Fail unless ``group_id`` confirmed something (the NONE scheme of a grouped member).
+
+        Raises:
+            OffsetLoadError: The group has no confirmed offset on the stream.
+        """
+        parts = [TopicPartition(self.topic, p) for p in range(self._partitions)]
+        committed = self._consumer.committed(parts, timeout=10)
+        if not any(tp.offset >= 0 for tp in committed):
+            raise OffsetLoadError(
+                f"group {group_id!r} has no confirmed offset on {self.topic!r} and the "
+                "initial offset scheme is NONE",
+                stream=self.topic,
+            )
+
+    def initial(self, partition: int, committed: int | None) -> int:
+        """Resolve where a partition without a usable position starts."""
+        if committed is not None and committed >= 0:
+            return committed
+        if self.scheme is InitialOffsetScheme.LATEST:
+            return self._latest[partition]
+        if self.scheme is InitialOffsetScheme.NONE:
+            self._report(
+                f"no confirmed offset for partition {partition}; starting at the earliest",
+                OffsetLoadError("no confirmed offset", stream=self.topic, partition=partition),
+            )
+        return EARLIEST
+
+    # -- assigning -------------------------------------------------------------------------
+
+    def assign(self, positions: dict[int, int]) -> None:
+        """Assign Kafka partitions at ``positions``, splicing history for what Kafka dropped."""
+        starts = log_starts(self._consumer, self.topic, positions, cluster=self._cluster)
+        assignment: list[TopicPartition] = []
+        paused: list[TopicPartition] = []
+        for partition, wanted in positions.items():
+            start = starts[partition]
+            offset = wanted
+            if wanted == EARLIEST:
+                first = self.history.first_offset(partition)
+                offset = first if first is not None and first < start else start
+            if offset < start:
+                if self.history.covers(partition, offset, start):
+                    self.history.open(partition, offset, start)
+                else:
+                    self._report(
+                        f"position {offset} of {self.topic}[{partition}] is below the first "
+                        f"available record {start}; skipping to it (stale read)",
+                        OffsetOutOfRangeError(
+                            "stale position",
+                            stream=self.topic,
+                            partition=partition,
+                            offset=offset,
+                        ),
+                    )
+                offset = start
+            spliced = self.history.position(partition)
+            self.next[partition] = spliced if spliced is not None else offset
+            self.gaps.expected[partition] = offset
+            tp = TopicPartition(self.topic, partition, offset)
+            assignment.append(tp)
+            if self.history.active(partition):
+                paused.append(TopicPartition(self.topic, partition))
+                self._resume_at[partition] = offset
+        self._consumer.assign(assignment)
+        if paused:
+            self._consumer.pause(paused)
+
+    def committed(self, parts: list[int]) -> dict[int, int]:
+        """The group's committed offsets of ``parts`` (negative where it has none)."""
+        request = [TopicPartition(self.topic, p) for p in parts]
+        return {tp.partition: tp.offset for tp in self._consumer.committed(request, timeout=10)}
+
+    def resume(self, parts: list[int], committed: dict[int, int]) -> None:
+        """Assign ``parts`` gained in a rebalance, from ``committed`` or the initial scheme."""
+        for p, mine in self.confirmed.items():
+            # An asynchronous confirm may not have landed yet: never go back below it.
+            if p in committed and mine > committed[p]:
+                committed[p] = mine
+        for p in parts:
+            # What this member read stays confirmable unless another member confirmed beyond
+            # it in the meantime (a routine rebalance hands the same partition straight back).
+            last, done = self.last_read.get(p), committed.get(p)
+            if last is not None and done is not None and done > last + 1:
+                del self.last_read[p]
+            self.history.close(p)
+        self.assign({p: self.initial(p, committed.get(p)) for p in parts})
+
+    def fallback(self, parts: list[int]) -> None:
+        """Assign ``parts`` without the history or the initial offset scheme: from what this
+        member confirmed, else from the group's confirmed offsets."""
+        assignment = []
+        for p in parts:
+            self.history.close(p)
+            self._resume_at.pop(p, None)
+            if p in self.confirmed:
+                offset = self.next[p] = self.gaps.expected[p] = self.confirmed[p]
+            else:
+                # Kafka resumes from the group's confirmed offset.
+                offset = OFFSET_INVALID
+                self.next.pop(p, None)
+                self.gaps.expected.pop(p, None)
+            assignment.append(TopicPartition(self.topic, p, offset))
+        self._consumer.assign(assignment)
+
+    def move(self, assigned: Iterable[int], partition: int, offset: int) -> None:
+        """Move ``partition`` to ``offset``; the other ``assigned`` partitions restart where
+        delivery stands (the caller drops what it fetched but did not deliver)."""
+        positions = {p: self.next.get(p, EARLIEST) for p in assigned}
+        positions[partition] = offset
+        for p in positions:
+            self.history.close(p)
+        self.assign(positions)
+
+    def out_of_range(self, partition: int, offset: int | None) -> int:
+        """Where a position Kafka calls out of range goes: below the log start it stays (the
+        splice or a stale read follows), else it is past the end: reported, moved to the end."""
+        start = log_starts(self._consumer, self.topic, [partition], cluster=self._cluster)[
+            partition
+        ]
+        position = offset if offset is not None and offset >= 0 else start
+        if position < start:
+            return position
+        end = log_ends(self._cluster, self.topic, [partition])[partition]
+        self._past_end(f"offset {position}", partition, position, end)
+        return end
+
+    def seek_target(self, partition: int, offset: int) -> int:
+        """Where ``seek(offset)`` goes: past the end is reported and moved to the end. What
+        was read on the partition is no longer confirmable."""
+        end = log_ends(self._cluster, self.topic, [partition])[partition]
+        if offset > end:
+            self._past_end(f"seek to {offset}", partition, offset, end)
+            offset = end
+        self.last_read.pop(partition, None)
+        return offset
+
+    def _past_end(self, what: str, partition: int, offset: int, end: int) -> None:
+        self._report(
+            f"{what} is past the end {end} of {self.topic}[{partition}]",
+            OffsetOutOfRangeError(
+                "offset out of range", stream=self.topic, partition=partition, offset=offset
+            ),
+        )
+
+    # -- the splice ------------------------------------------------------------------------
+
+    def history_read(self) -> None:
+        """After a history read: report its gaps, hand finished partitions back to Kafka."""
+        for partition, first, stop in self.history.gaps():
+            self._report(
+                f"offsets {first} to {stop - 1} of {self.topic}[{partition}] are neither in "
+                "the history store nor in Kafka; skipping to what Kafka holds (stale read)",
+                OffsetOutOfRangeError(
+                    "gap in the history", stream=self.topic, partition=partition, offset=first
+                ),
+            )
+        finished = self.history.finished()
+        if finished:
+            parts = [TopicPartition(self.topic, p, self._resume_at.pop(p)) for p in finished]
+            self._consumer.resume(parts)
+            # A fresh fetch at once: a resumed partition otherwise waits out a fetch backoff.
+            for tp in parts:
+                self._consumer.seek(tp)
+
+    # -- confirms --------------------------------------------------------------------------
+
+    def note_confirmed(self, positions: dict[int, int]) -> None:
+        """Remember positions this member confirmed (a rebalance never resumes below them)."""
+        for p, o in positions.items():
+            self.confirmed[p] = max(o, self.confirmed.get(p, o))
