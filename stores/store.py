@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
 
@@ -28,16 +27,14 @@ from bolide.facade.validate import check_int
 from bolide.stores import _migrate
 
 # Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
+from bolide.stores._inserts import HeaderRow, RecordRow, insert_rows
 from bolide.stores._inserts import _insert_ignoring_duplicates as _insert_ignoring_duplicates
-from bolide.stores._inserts import insert_postgresql
 from bolide.stores._schema import HEADERS, RECORDS
 
 __all__ = ["SqlStore"]
 
 _T = TypeVar("_T")
 _DIALECTS = ("sqlite", "postgresql")
-#: An insert row and the record's headers.
-_Row = tuple[dict[str, Any], list[tuple[str, bytes]]]
 _MAX_STREAM = 255
 #: Marks a header name stored escaped (see ``_stored_name``): U+2400, SYMBOL FOR NULL.
 ESCAPED_NAME_MARK = "\u2400"
@@ -186,38 +183,20 @@ class SqlStore(Closing):
         Returns:
             How many rows were inserted in total.
         """
-        rows = {_check_stream(s): _rows(s, recs) for s, recs in batches.items()}
+        records: list[RecordRow] = []
+        headers: list[HeaderRow] = []
+        for stream, recs in batches.items():
+            _rows(_check_stream(stream), recs, records, headers)
         self._ready()
 
         def write() -> int:
             with self.engine.begin() as conn:
-                inserted = sum(self._insert(conn, stream, r) for stream, r in rows.items() if r)
+                inserted = insert_rows(conn, records, headers)
                 if also is not None:
                     also(conn)
                 return inserted
 
         return self._guard("store_all", write, stream=_only(batches))
-
-    def _insert(self, conn: Connection, stream: str, rows: list[_Row]) -> int:
-        """Insert rows, skipping stored ones; return how many are new (exactly)."""
-        headers = [
-            (row["kafka_partition"], row["kafka_offset"], i, _stored_name(name), value)
-            for row, pairs in rows
-            for i, (name, value) in enumerate(pairs)
-        ]
-        if self.dialect == "postgresql":
-            return insert_postgresql(conn, stream, rows, headers)
-        # SQLite: executemany's rowcount is the sum over the rows, so it counts the new ones.
-        # A stored record's headers conflict on their own key and are skipped the same way.
-        records = sqlite.insert(RECORDS).on_conflict_do_nothing()
-        inserted = conn.execute(records, [row for row, _ in rows]).rowcount
-        if headers:
-            names = ("kafka_partition", "kafka_offset", "header_index", "name", "value")
-            conn.execute(
-                sqlite.insert(HEADERS).on_conflict_do_nothing(),
-                [{"stream": stream, **dict(zip(names, h, strict=True))} for h in headers],
-            )
-        return int(inserted)
 
     def load(self, stream: str, partition: int, offset: int) -> Record | None:
         """Return the record at ``(partition, offset)``, or ``None`` when it is not stored."""
@@ -462,35 +441,42 @@ def _check_stream(stream: object) -> str:
     return stream
 
 
-def _rows(stream: str, records: Iterable[Record]) -> list[_Row]:
-    """Turn records into insert rows, first occurrence of a (partition, offset) winning."""
+def _rows(
+    stream: str,
+    records: Iterable[Record],
+    rows: list[RecordRow],
+    headers: list[HeaderRow],
+) -> None:
+    """Append the insert rows of ``records`` to ``rows`` and ``headers``.
+
+    The first occurrence of a (partition, offset) wins; header names are stored escaped where
+    they must be (``_stored_name``).
+    """
     if isinstance(records, Record) or not isinstance(records, Iterable):
         raise TypeError("records must be a sequence of Record")
-    rows: dict[tuple[int, int], _Row] = {}
+    seen: set[tuple[int, int]] = set()
     for rec in records:
-        if not isinstance(rec, Record):
+        if type(rec) is not Record and not isinstance(rec, Record):
             raise TypeError(f"records must hold Record objects, not {type(rec).__name__}")
-        if rec.partition is None or rec.offset is None:
+        partition, offset = rec.partition, rec.offset
+        if partition is None or offset is None:
             raise ValueError(f"records: {rec!r} has no partition/offset; publish it first")
         if rec.stream is not None and rec.stream != stream:
             raise ValueError(f"records: {rec!r} belongs to stream {rec.stream!r}, not {stream!r}")
-        check_int("record partition", rec.partition)
-        check_int("record offset", rec.offset)
-        rows.setdefault(
-            (rec.partition, rec.offset),
-            (
-                {
-                    "stream": stream,
-                    "kafka_partition": rec.partition,
-                    "kafka_offset": rec.offset,
-                    "timestamp_ms": rec.timestamp_ms,
-                    "key": rec.key,
-                    "payload": rec.data,
-                },
-                rec.headers,
-            ),
-        )
-    return list(rows.values())
+        if type(partition) is not int or partition < 0:
+            check_int("record partition", partition)
+        if type(offset) is not int or offset < 0:
+            check_int("record offset", offset)
+        where = (partition, offset)
+        if where in seen:
+            continue
+        seen.add(where)
+        rows.append((stream, partition, offset, rec.timestamp_ms, rec.key, rec.data))
+        if rec.headers:
+            headers += [
+                (stream, partition, offset, i, _stored_name(name), value)
+                for i, (name, value) in enumerate(rec.headers)
+            ]
 
 
 def _only(batches: Mapping[str, Sequence[Record]]) -> str | None:

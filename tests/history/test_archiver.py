@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -127,6 +129,47 @@ def test_follow_in_a_thread(
         publish(cluster, stream, 5, start=30)
         eventually(lambda: store.largest_offset(stream.name, 0) == 34, timeout_s=20)
     assert archiver.stats.records == 35
+
+
+def test_offsets_wait_for_the_batch_being_written(
+    cluster: Cluster, tmp_path: object, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """While a batch's transaction is open, Kafka offsets stay at what the database holds."""
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    class GatedStore(SqlStore):
+        def store_batches(
+            self, batches: Mapping[str, Sequence[Record]], *, also: Any = None
+        ) -> int:
+            calls.append(1)
+            if len(calls) == 2:  # hold the second batch's transaction open
+                entered.set()
+                release.wait(60)
+            return super().store_batches(batches, also=also)
+
+    store = GatedStore(f"sqlite:///{tmp_path}/gated.db")
+    store.upgrade()
+    stream = stream_factory()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    publish(cluster, stream, 30)
+    archiver = Archiver(
+        cluster, store, [stream], group=group, batch_size=5, consumer_config=FAST_GROUP
+    )
+    try:
+        archiver.start()
+        assert entered.wait(60)
+        first = store.largest_offset(stream.name, 0)
+        assert first is not None and first < 29
+        eventually(lambda: committed(cluster, group, stream) == {0: first + 1}, timeout_s=20)
+        assert store.largest_offset(stream.name, 0) == first
+    finally:
+        release.set()
+    eventually(lambda: committed(cluster, group, stream) == {0: 30}, timeout_s=30)
+    stats = archiver.stop()
+    assert stats.inserted == 30 and stats.records == 30
+    assert [r.offset for r in archived(store, stream)] == list(range(30))
+    store.close()
 
 
 def test_database_outage_is_retried_and_offsets_wait_for_it(

@@ -61,6 +61,28 @@ def test_store_all_is_idempotent_and_counts_new_rows(store: SqlStore) -> None:
     assert headers == 15
 
 
+def test_store_batches_over_stored_rows_stays_in_one_transaction(store: SqlStore) -> None:
+    """A batch holding stored rows (a re-read) skips them and their headers, counts the new
+    ones, and leaves the transaction usable for the caller's own writes."""
+    assert store.store_batches({"a": [rec(0, headers={"h": "old"})]}) == 1
+    seen: list[object] = []
+
+    def also(conn: sa.Connection) -> None:
+        seen.append(conn.execute(sa.text("SELECT count(*) FROM bolide_records")).scalar())
+
+    mixed = {
+        "a": [rec(0, headers={"h": "new"}), rec(1, headers={"h": "new"})],
+        "b": [rec(0, headers={"h": "b"})],
+    }
+    assert store.store_batches(mixed, also=also) == 2
+    assert seen == [3]
+    assert store.store_batches(mixed, also=also) == 0
+    assert seen == [3, 3]
+    for stream, offset, value in (("a", 0, b"old"), ("a", 1, b"new"), ("b", 0, b"b")):
+        loaded = store.load(stream, 0, offset)
+        assert loaded is not None and loaded.headers == [("h", value)]
+
+
 def test_read_pages_by_keyset_in_offset_order(store: SqlStore) -> None:
     offsets = [0, 1, 2, 5, 8, 9, 13, 21, 34]  # Kafka offsets may be sparse
     store.store_all("s", [rec(o) for o in reversed(offsets)])
