@@ -119,7 +119,7 @@ def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publ
     got = [r.data for r in second.poll(60_000)]
     elapsed = time.monotonic() - started
     assert got == [b"h0", b"h1"]
-    assert elapsed < 10
+    assert elapsed < 45  # returned with the records, not at the end of its 60 s wait
     assert second.is_assigned()
     second.close()
 

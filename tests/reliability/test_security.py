@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -185,7 +184,6 @@ def test_hostile_headers_through_the_archive_and_sql_params(
         fast = {"session.timeout.ms": LEASE_MS, "heartbeat.interval.ms": 500}
         stats = Archiver(cluster, store, [stream], group=group_name, consumer_config=fast).run()
         assert stats.caught_up and stats.inserted == len(HOSTILE)
-    started = time.monotonic()
     for value, raw in zip(HOSTILE, HOSTILE_BYTES, strict=True):
         rows = sql_cli(
             url,
@@ -205,7 +203,6 @@ def test_hostile_headers_through_the_archive_and_sql_params(
         "(SELECT count(*) FROM bolide_record_headers) AS headers",
     )
     assert counts == [{"records": len(HOSTILE), "headers": 2 * len(HOSTILE)}]
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.postgres
