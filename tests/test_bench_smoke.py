@@ -16,8 +16,12 @@ _TINY = ["--count", "200", "--repeat", "1", "--latency-samples", "5", "--round-t
 
 _EXPECTED = {
     ("publish", 100),
+    ("publish_many", 100),
+    ("produce", 100),
     ("poll", 100),
     ("publish", 1024),
+    ("publish_many", 1024),
+    ("produce", 1024),
     ("poll", 1024),
     ("latency p50", 100),
     ("latency p99", 100),

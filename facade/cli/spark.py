@@ -15,6 +15,10 @@ from typing import Any
 
 from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 
+# Without the spark extra this import fails on PySpark, and the command group is left out.
+from bolide.spark.jobs import archive, query, resequence
+from bolide.spark.session import spark_session
+
 __all__ = ["register"]
 
 
@@ -117,7 +121,6 @@ def _require(args: argparse.Namespace, *names: str) -> None:
 
 
 def _session(args: argparse.Namespace, job: str) -> Any:
-    from bolide.spark.session import spark_session
 
     master = None if args.master == "submit" else args.master
     return spark_session(f"bolide-{job}", master, packages=args.packages)
@@ -149,7 +152,6 @@ def _stop_on_signal(query: Any, stop_after_s: float | None) -> None:
 
 def _archive(args: argparse.Namespace) -> int:
     _require(args, "bootstrap", "db")
-    from bolide.spark.jobs import archive
 
     spark = _session(args, "archive")
     query = archive(
@@ -172,7 +174,6 @@ def _archive(args: argparse.Namespace) -> int:
 
 def _resequence(args: argparse.Namespace) -> int:
     _require(args, "bootstrap")
-    from bolide.spark.jobs import resequence
 
     spark = _session(args, "resequence")
     query = resequence(
@@ -199,8 +200,6 @@ def _query(args: argparse.Namespace) -> int:
     _require(args, "db")
     from pyspark.errors import AnalysisException
 
-    from bolide.spark.jobs import query
-
     spark = _session(args, "query")
     try:
         df = query(spark, args.sql, args.db, args.stream, via=args.via)
@@ -211,7 +210,7 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # spark-submit .../bolide/spark/cli.py JOB ...
+if __name__ == "__main__":  # spark-submit .../bolide/facade/cli/spark.py JOB ...
     from bolide.facade.cli.main import main
 
     sys.exit(main(["spark", *sys.argv[1:]]))
