@@ -172,6 +172,9 @@ class DurableHost(Protocol):
     def positions(self) -> Mapping[int, int]:
         """The next offset to deliver, per partition."""
 
+    def confirmed(self) -> Mapping[int, int]:
+        """The highest position the application confirmed, per partition."""
+
     def idle(self, partition: int) -> bool:
         """True when nothing at all waits to be delivered, and ``partition`` neither reads
         history nor has a skipped fetch being read again."""
@@ -251,7 +254,6 @@ class DurableSession:
         self._paused: set[int] = set()
         self._replayed_in_poll = 0
         self._handled: dict[int, int] = {}  # positions the application had at the last poll
-        self._confirmed: dict[int, int] = {}  # positions the application confirmed
         self._started: dict[int, int] = {}  # where delivery began on each assigned partition
         self._claim_lost = False
         self._connected = False
@@ -384,11 +386,6 @@ class DurableSession:
         if not self.live and self._complete():
             self._go_live()
 
-    def confirmed(self, positions: dict[int, int]) -> None:
-        """Note positions the application confirmed (next offset per partition)."""
-        for p, o in positions.items():
-            self._confirmed[p] = max(o, self._confirmed.get(p, o))
-
     def before_close(self, keep_alive: bool, *, failed: bool = False) -> None:
         """Stop the heartbeat; with ``keep_alive``, commit what the application finished.
 
@@ -405,7 +402,7 @@ class DurableSession:
             positions = {p: o for p, o in self._started.items() if o >= 0}
             positions.update(self._handled)
             if not failed:
-                for p, o in self._confirmed.items():
+                for p, o in self._host.confirmed().items():
                     positions[p] = max(o, positions.get(p, o))
             try:
                 self._commit(positions, asynchronous=False, force=True)

@@ -368,8 +368,6 @@ class Subscriber(Closing):
         with self._commit_lock:
             if self._consumer_closed:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
-            if self._durable is not None:
-                self._durable.confirmed(positions)
             if not self._revoking:
                 self._consumer.commit(offsets=commits, asynchronous=True)
                 return

@@ -57,6 +57,10 @@ class SessionHost:
         """The next offset to deliver, per partition."""
         return self._positions.next
 
+    def confirmed(self) -> Mapping[int, int]:
+        """The highest position the application confirmed, per partition."""
+        return self._positions.confirmed
+
     def idle(self, partition: int) -> bool:
         """Nothing queued; ``partition`` reads no history and checks no skipped fetch."""
         positions = self._positions
