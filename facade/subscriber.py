@@ -486,6 +486,11 @@ class Subscriber(Closing):
                     self._durable.before_close(keep_alive, failed=failed)
             finally:
                 try:
+                    if self.grouped:
+                        # librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final)
+                        # when a consumer closes while a re-subscription is still settling;
+                        # leaving the subscription first avoids it. on_revoke still runs in close.
+                        self._consumer.unsubscribe()
                     self._consumer.close()  # on_revoke runs here, partitions still owned
                 finally:
                     with self._commit_lock:

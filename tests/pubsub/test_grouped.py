@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -295,3 +297,42 @@ def test_polled_records_carry_their_group(cluster, stream, publisher):
         records: list[Record] = []
         eventually(lambda: records.extend(s.poll(100)) or len(records) >= 2)
     assert [(r.group, r.key) for r in records] == [("ACME", b"ACME"), (None, None)]
+
+
+_CLOSE_AFTER_RESUBSCRIBE = """
+import sys
+import time
+from bolide.facade import Cluster, StreamConfig, Subscriber, SubscriberConfig
+cluster = Cluster(sys.argv[1])
+config = SubscriberConfig(stream=StreamConfig(name=sys.argv[2]), group=sys.argv[3],
+                          lease_timeout_ms=6000)
+for _ in range(3):
+    sub = Subscriber(cluster, config)
+    deadline = time.monotonic() + 120
+    while not sub.is_assigned() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sub.deactivate()
+    sub.reactivate()
+    sub.close()
+print("closed")
+"""
+
+
+def test_close_right_after_reactivate_does_not_abort(cluster, stream):
+    """librdkafka asserts (and aborts the process) when a consumer closes while a fresh
+    subscription is still settling; the subscriber's close must not get there."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CLOSE_AFTER_RESUBSCRIBE,
+            cluster.bootstrap_servers,
+            stream.name,
+            f"g-{stream.name}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("closed")
