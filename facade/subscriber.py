@@ -363,8 +363,8 @@ class Subscriber(Closing):
         if offset is not None:
             check_int("offset", offset)
             p = self._partition_arg(partition)
-        positions = self._confirms.targets(offset, p)
-        if not positions or self._fetcher.deactivated:
+        positions = self._confirms.targets(offset, p, deactivated=self._fetcher.deactivated)
+        if not positions:
             return
         if conn is not None:
             self._confirms.save(conn, positions)

@@ -72,11 +72,14 @@ class Confirms:
 
     # -- what a confirm moves ----------------------------------------------------------------
 
-    def targets(self, offset: int | None, partition: int) -> dict[int, int]:
+    def targets(
+        self, offset: int | None, partition: int, *, deactivated: bool = False
+    ) -> dict[int, int]:
         """The positions (next offsets) a confirm moves to, on partitions held.
 
         Without ``offset``: after the last record a poll returned, on every partition. A
-        grouped subscriber's partitions it no longer holds are reported and left out.
+        grouped subscriber's partitions it no longer holds are reported and left out; a
+        ``deactivated`` one holds none, and is not told so.
 
         Raises:
             ValueError: ``offset`` was never read on ``partition``.
@@ -92,6 +95,8 @@ class Confirms:
                     f"(last read: {last})"
                 )
             targets = {partition: offset}
+        if deactivated:
+            return {}
         if not self._grouped:
             return {p: o + 1 for p, o in targets.items()}
         assigned = set(self._assigned)

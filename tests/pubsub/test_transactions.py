@@ -16,9 +16,9 @@ from bolide.facade import (
     IllegalSubscriberStateError,
     InitialOffsetScheme,
     ProducerFencedError,
-    PublishError,
     Publisher,
     PublisherConfig,
+    PublishError,
     Record,
     StreamConfig,
     Subscriber,
@@ -230,9 +230,12 @@ def test_transaction_misuse_is_a_clear_error(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig]
 ) -> None:
     stream = stream_factory()
-    with Publisher(cluster, PublisherConfig(stream=stream)) as plain:
-        with pytest.raises(TransactionError, match="not transactional"), plain.transaction():
-            pass
+    with (
+        Publisher(cluster, PublisherConfig(stream=stream)) as plain,
+        pytest.raises(TransactionError, match="not transactional"),
+        plain.transaction(),
+    ):
+        pass
     with txn_publisher(cluster, stream) as pub:
         with pytest.raises(TransactionError, match="inside"):
             pub.publish(Record(b"outside"))
