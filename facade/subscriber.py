@@ -352,7 +352,7 @@ class Subscriber(Closing):
 
         Raises:
             IllegalSubscriberStateError: The subscriber is ungrouped (without ``conn``), or
-                closed, or ``conn`` is given without a position store.
+                closed, or ``conn`` is given without a position store, or missing with one.
             ValueError: ``offset`` is negative or beyond the last record read.
             NotAssignedError: With ``conn``: another subscriber moved the stored position
                 (it took the partition over); roll the transaction back.
@@ -366,10 +366,7 @@ class Subscriber(Closing):
         positions = self._confirms.targets(offset, p, deactivated=self._fetcher.deactivated)
         if not positions:
             return
-        if conn is not None:
-            self._confirms.save(conn, positions)
-        else:
-            self._confirms.commit(positions)
+        self._confirms.confirm(positions, conn)
 
     def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
         """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what

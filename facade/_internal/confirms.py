@@ -110,6 +110,25 @@ class Confirms:
             )
         return {p: o + 1 for p, o in targets.items() if p in assigned}
 
+    def confirm(self, positions: dict[int, int], conn: Any) -> None:
+        """Write ``positions``: through ``conn`` into the store, else to the consumer group.
+
+        Raises:
+            IllegalSubscriberStateError: ``conn`` is missing while the positions live in the
+                application's database (Kafka's offsets are never read back there), or given
+                without a store; or the consumer is closed.
+        """
+        if conn is not None:
+            self.save(conn, positions)
+        elif self._store is not None:
+            raise IllegalSubscriberStateError(
+                "this subscriber keeps its positions in the application's database: confirm "
+                "with sub.confirm(conn=...) in the transaction that holds the results",
+                stream=self._topic,
+            )
+        else:
+            self.commit(positions)
+
     # -- Kafka's group offsets ---------------------------------------------------------------
 
     def commit(self, positions: dict[int, int], *, note: bool = True) -> None:
@@ -182,6 +201,9 @@ class Confirms:
         expect them."""
         assert self._store is not None and self.group is not None
         parts = list(parts)
+        with self._lock:
+            for p in parts:  # unknown until read: a failed read leaves writes refused
+                self._expected.pop(p, None)
         found = self._store.load(self.group, self._topic, parts)
         with self._lock:
             for p in parts:

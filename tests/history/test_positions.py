@@ -134,6 +134,8 @@ def test_a_grouped_subscriber_takes_the_table_over_kafkas_offsets(
             sub.confirm(conn=conn)
         # Once the database commits, Kafka's offsets follow (for lag tools).
         eventually(lambda: sub.committed() == {0: 8}, 30)
+        with pytest.raises(IllegalSubscriberStateError, match="conn="):
+            sub.confirm()
         tid = f"t-{uuid.uuid4().hex}"
         with (
             Publisher(cluster, PublisherConfig(stream=stream, transactional_id=tid)) as pub,

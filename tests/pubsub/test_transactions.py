@@ -265,3 +265,34 @@ def test_exactly_once_settings_are_checked() -> None:
     assert SubscriberConfig(stream=stream).isolation == "read_committed"
     with pytest.raises(TypeError, match="PositionStore"):
         SubscriberConfig(stream=stream, group="g", positions=object())  # type: ignore[arg-type]
+
+
+def test_a_durable_clients_marker_stops_at_an_open_transaction(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    from bolide.stores import SqlStore
+
+    stream = stream_factory()
+    publish(cluster, stream, [b"old"])
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    with SqlStore(url) as store:
+        store.upgrade()
+    live: list[bool] = []
+    config = SubscriberConfig(
+        stream=stream,
+        durable_id=f"d-{uuid.uuid4().hex[:8]}",
+        durable_registry=url,
+        lease_timeout_ms=LEASE_MS,
+        on_live=lambda: live.append(True),
+    )
+    with txn_publisher(cluster, stream) as pub:
+        with pub.transaction():
+            pub.publish(Record(b"open"))
+            sub = Subscriber(cluster, config)
+            assert sub.marker == {0: 1}, "the replay ends where read_committed stops"
+            replayed: list[Record] = []
+            eventually(lambda: replayed.extend(sub.poll(200)) or live, 60)
+            assert [(r.data, r.replayed) for r in replayed] == [(b"old", True)]
+        with sub:
+            got = poll_count(sub, 1)
+            assert [(r.data, r.replayed) for r in got] == [(b"open", False)]
