@@ -296,3 +296,18 @@ def test_a_durable_clients_marker_stops_at_an_open_transaction(
         with sub:
             got = poll_count(sub, 1)
             assert [(r.data, r.replayed) for r in got] == [(b"open", False)]
+
+
+def test_closing_inside_a_transaction_aborts_it(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"a"])
+    with grouped(cluster, source) as sub:
+        poll_count(sub, 1)
+        pub = txn_publisher(cluster, sink)
+        with pytest.raises(TransactionError, match="closed"), pub.transaction():
+            pub.publish_async(Record(b"never committed"))
+            pub.confirm(sub)
+            pub.close()
+        assert sub.committed() == {0: None}, "the aborted transaction confirmed nothing"
