@@ -30,6 +30,7 @@ from bolide.facade.errors import (
     NotAssignedError,
     OffsetLoadError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     PublishError,
     ReceiverAlreadyAttachedError,
     ResequencerFullError,
@@ -39,6 +40,7 @@ from bolide.facade.errors import (
     SerializationError,
     StoreError,
     StreamConfigMismatchError,
+    TransactionError,
 )
 from bolide.facade.publisher import PublishCallback, Publisher
 from bolide.facade.receiver import Receiver
@@ -65,6 +67,7 @@ __all__ = [
     "NotAssignedError",
     "OffsetLoadError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "PublishCallback",
     "PublishError",
     "Publisher",
@@ -88,6 +91,7 @@ __all__ = [
     "StreamConfigMismatchError",
     "Subscriber",
     "SubscriberConfig",
+    "TransactionError",
     "publish_sequence",
     "sequence_headers",
 ]

@@ -10,10 +10,10 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from bolide.facade.errors import InvalidInitialOffsetSchemeError
-from bolide.facade.ports import HistoryStore
+from bolide.facade.ports import HistoryStore, PositionStore
 from bolide.facade.redaction import redact, redact_url
 from bolide.facade.validate import check_int, check_seconds
 
@@ -25,6 +25,8 @@ __all__ = [
     "ErrorHandler",
     "HistoryStore",
     "InitialOffsetScheme",
+    "Isolation",
+    "PositionStore",
     "PublisherConfig",
     "StreamConfig",
     "SubscriberConfig",
@@ -33,6 +35,10 @@ __all__ = [
 ]
 
 ErrorHandler = Callable[[str, BaseException | None], None]
+
+#: librdkafka's ``isolation.level`` values: what a subscriber sees of transactional streams.
+Isolation = Literal["read_committed", "read_uncommitted"]
+_ISOLATIONS = ("read_committed", "read_uncommitted")
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SettingValue = str | int | float | bool
@@ -314,8 +320,12 @@ class PublisherConfig:
         stream: The stream to publish to.
         group: Message group stamped on every record (its Kafka key).
         auto_group: Pick one random message group for this publisher (HornetQ's auto-group).
-        producer_config: librdkafka producer settings, passed through.
+        producer_config: librdkafka producer settings, passed through
+            (``transaction.timeout.ms`` among them).
         serde: Encodes ``publish_async(obj)`` values (e.g. ``AvroSerde``).
+        transactional_id: Makes the publisher transactional (librdkafka's ``transactional.id``):
+            it publishes only inside ``with pub.transaction()``, and a newer publisher with
+            the same id fences this one (docs/exactly-once.md).
     """
 
     stream: StreamConfig
@@ -323,6 +333,7 @@ class PublisherConfig:
     auto_group: bool = False
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     serde: Any = None
+    transactional_id: str | None = None
 
     __repr__ = _safe_repr
 
@@ -337,6 +348,11 @@ class PublisherConfig:
         object.__setattr__(
             self, "producer_config", _check_settings("producer_config", self.producer_config)
         )
+        _check_group("transactional_id", self.transactional_id)
+        if "transactional.id" in self.producer_config:
+            raise ValueError(
+                "producer_config: pass transactional.id as PublisherConfig(transactional_id=...)"
+            )
 
 
 #: librdkafka's upper bound on the records one ``consume`` call may return.
@@ -367,6 +383,13 @@ class SubscriberConfig:
         on_expired: Called when a durable client reconnects after its timeout.
         serde: Decodes ``record.value`` (e.g. ``AvroSerde``).
         dead_letter: Stream that receives records the serde cannot decode.
+        isolation: ``"read_committed"`` (the default, librdkafka's too) delivers only committed
+            transactions and stops at the last stable offset while one is open;
+            ``"read_uncommitted"`` delivers everything written (docs/exactly-once.md).
+        positions: Keep the positions in the application's database
+            (``bolide.stores.SqlPositions``): they are read from there at start (ungrouped)
+            or on assignment (grouped), and ``confirm(conn=...)`` writes them in the
+            application's transaction.
     """
 
     stream: StreamConfig
@@ -385,6 +408,8 @@ class SubscriberConfig:
     on_expired: Callable[[str], None] | None = field(default=None, compare=False)
     serde: Any = None
     dead_letter: StreamConfig | None = None
+    isolation: Isolation = "read_committed"
+    positions: PositionStore | None = field(default=None, compare=False)
 
     __repr__ = _safe_repr
 
@@ -392,6 +417,7 @@ class SubscriberConfig:
         if not isinstance(self.stream, StreamConfig):
             raise TypeError("stream must be a StreamConfig")
         _check_group("group", self.group)
+        self._check_exactly_once()
         for hook in ("on_assign", "on_revoke", "on_live", "on_expired"):
             if getattr(self, hook) is not None and not callable(getattr(self, hook)):
                 raise TypeError(f"{hook} must be callable")
@@ -415,6 +441,29 @@ class SubscriberConfig:
             raise InvalidInitialOffsetSchemeError(
                 "initial_offset_scheme NONE is illegal for an ungrouped subscriber",
                 stream=self.stream.name,
+            )
+
+    def _check_exactly_once(self) -> None:
+        if self.isolation not in _ISOLATIONS:
+            raise ValueError(
+                f"isolation must be 'read_committed' or 'read_uncommitted', not {self.isolation!r}"
+            )
+        level = dict(self.consumer_config or {}).get("isolation.level", self.isolation)
+        if level != self.isolation:
+            raise ValueError(
+                f"consumer_config isolation.level={level!r} contradicts isolation="
+                f"{self.isolation!r}: set isolation only"
+            )
+        if self.positions is None:
+            return
+        if not isinstance(self.positions, PositionStore):
+            raise TypeError(
+                "positions must implement PositionStore (e.g. bolide.stores.SqlPositions)"
+            )
+        if self.positions.group is None and self.group is None and self.durable_id is None:
+            raise ValueError(
+                "an ungrouped subscriber keeps its positions under a name of its own: "
+                "SqlPositions(store, group=...)"
             )
 
     @property

@@ -293,7 +293,9 @@ class DurableSession:
                     hook(self.durable_id)
                 except Exception as exc:
                     self._host.report("on_expired raised", exc)
-        self.marker = log_ends(self._cluster, self._topic, range(self._partitions))
+        self.marker = log_ends(
+            self._cluster, self._topic, range(self._partitions), isolation=self._config.isolation
+        )
         self.marker_ms = int(time.time() * 1000)
         self.registry.mark(self.durable_id, self._topic, self.marker)
         log.info(

@@ -10,6 +10,8 @@
     ├── IllegalSubscriberStateError
     ├── StreamConfigMismatchError (also ValueError)
     ├── PublishError
+    │   └── TransactionError
+    │       └── ProducerFencedError
     ├── SerializationError (also ValueError)
     │   ├── SchemaIncompatibleError
     │   └── SchemaNotFoundError (also LookupError)
@@ -43,6 +45,7 @@ __all__ = [
     "NotAssignedError",
     "OffsetLoadError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "PublishError",
     "ReceiverAlreadyAttachedError",
     "ResequencerFullError",
@@ -52,6 +55,7 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "StreamConfigMismatchError",
+    "TransactionError",
 ]
 
 
@@ -128,6 +132,22 @@ class PublishError(BolideError):
         super().__init__(message, stream=stream, retriable=retriable)
         self.record = record
         self.cause = cause
+
+
+class TransactionError(PublishError):
+    """A transaction could not be begun, committed or aborted, or was used out of turn.
+
+    Nothing published in a transaction that failed to commit is seen by ``read_committed``
+    subscribers, and the input positions confirmed in it stay where they were.
+    """
+
+
+class ProducerFencedError(TransactionError):
+    """Another publisher with the same ``transactional_id`` started: this one is fenced.
+
+    Kafka lets one producer per transactional id write; the newer one aborted whatever this
+    one had open. The fenced publisher cannot publish again: close it.
+    """
 
 
 class SerializationError(BolideError, ValueError):

@@ -226,24 +226,36 @@ def log_starts(
 
 
 def log_ends(
-    cluster: Cluster, topic: str, partitions: Iterable[int], *, timeout_s: float = _TIMEOUT_S
+    cluster: Cluster,
+    topic: str,
+    partitions: Iterable[int],
+    *,
+    timeout_s: float = _TIMEOUT_S,
+    isolation: str | None = None,
 ) -> dict[int, int]:
     """The true end (next offset to be written) of each partition.
 
     Reads forward from the reported high watermark until the fetch reports end-of-partition,
     so a broker that reports a stale watermark still yields the real end.
+
+    Args:
+        isolation: ``"read_committed"`` answers the last stable offset (the first offset of
+            the oldest open transaction, else the end): where such a reader stops and what it
+            will read next. ``"read_uncommitted"`` answers the end of the log. ``None`` keeps
+            the cluster's setting (librdkafka's default is ``read_committed``).
     """
     parts = list(partitions)
-    consumer = probe_consumer(cluster)
+    consumer = probe_consumer(cluster, **({"isolation.level": isolation} if isolation else {}))
     try:
         ends: dict[int, int] = {}
         starts: list[TopicPartition] = []
         for p in parts:
             low, high = _watermarks(consumer, topic, p, timeout_s, cached=False)
-            ends[p] = high
-            if high > low:
-                # The reported end may point into the last batch: read on from just before it.
-                starts.append(TopicPartition(topic, p, max(low, high - 1)))
+            ends[p] = max(low, high)
+            # The reported end may point into the last batch: read on from just before it. An
+            # empty-looking partition is read too: a broker may report a last stable offset
+            # below the log start while a transaction is open (the embedded one reports 0).
+            starts.append(TopicPartition(topic, p, max(low, high - 1)))
         pending = {tp.partition for tp in starts}
         if not pending:
             return ends

@@ -4,6 +4,8 @@ The core (publisher, subscriber, durable clients, the Avro serde) depends only o
 interfaces; ``bolide.stores`` implements them (``SqlStore``, ``DurableRegistry``,
 ``SqlSchemaRegistry``), and an application may bring its own. Value types that cross a seam
 (a registry row, a registered schema) live here too, so neither side imports the other.
+``PositionStore`` keeps a subscriber's positions in the application's own database
+(``bolide.stores.SqlPositions``), written in the application's transaction.
 
 Where the core is handed a database URL or a store instead of an implementation, it builds
 one through ``open_plugin``: packages register their implementations as entry points
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -33,6 +35,7 @@ __all__ = [
     "DurableClient",
     "DurableRegistry",
     "HistoryStore",
+    "PositionStore",
     "RegisteredSchema",
     "SchemaRegistry",
     "Serde",
@@ -310,6 +313,57 @@ class DurableRegistry(Protocol):
 
     def close(self) -> None:
         """Release what the registry holds."""
+        ...
+
+
+# -- positions in the application's database ---------------------------------------------------
+
+
+@runtime_checkable
+class PositionStore(Protocol):
+    """Where a subscriber keeps its positions so that they commit with the application's own
+    writes: the sink pattern of Kafka Connect and Spark checkpoints. ``SqlPositions`` in
+    ``bolide.stores`` keeps them in SQL.
+
+    A position is the next offset to read, keyed by ``(group, stream, partition)``. Each write
+    names the positions it expects to replace: a member that lost its partition to another,
+    which has moved it on since, finds them changed and its transaction fails.
+
+    Attributes:
+        group: The key the positions are kept under; ``None`` takes the subscriber's group
+            (an ungrouped subscriber must name one).
+    """
+
+    group: str | None
+
+    def load(self, group: str, stream: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The stored positions of ``partitions``; a partition without one is left out."""
+        ...
+
+    def save(
+        self,
+        conn: Any,
+        group: str,
+        stream: str,
+        positions: Mapping[int, int],
+        *,
+        expected: Mapping[int, int | None],
+        on_commit: Callable[[], None],
+        on_rollback: Callable[[], None],
+    ) -> None:
+        """Write ``positions`` through ``conn``, the application's open transaction.
+
+        ``on_commit`` is called when that transaction commits, ``on_rollback`` when it rolls
+        back (at most one of them, once).
+
+        Raises:
+            NotAssignedError: A stored position is not the ``expected`` one (``None``: no row):
+                another subscriber moved it; the application's transaction must roll back.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""Publisher: places records into a stream through an idempotent Kafka producer."""
+"""Publisher: places records into a stream through an idempotent Kafka producer, or a
+transactional one (``PublisherConfig(transactional_id=...)``, docs/exactly-once.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.future import DeliveryFuture
+from bolide.facade._internal.transactions import Transactions
 from bolide.facade.config import Cluster, PublisherConfig
-from bolide.facade.errors import PublishError
+from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
+
+if TYPE_CHECKING:
+    from bolide.facade.subscriber import Subscriber
 
 __all__ = ["PublishCallback", "Publisher"]
 
@@ -61,10 +66,16 @@ class Publisher(Closing):
                 PRODUCER_DEFAULTS,
                 {"client.id": f"bolide-pub-{self.stream.name}"},
                 config.producer_config,
+                {"transactional.id": config.transactional_id} if config.transactional_id else None,
             ),
             "producer_config",
         )
         self.partitions = ensure_topic(cluster, config.stream)
+        self._txn = (
+            Transactions(self._producer, config.transactional_id, self.stream.name)
+            if config.transactional_id
+            else None
+        )
         self.publisher_id = uuid.uuid4().hex
         group = config.group
         if config.auto_group:
@@ -95,7 +106,15 @@ class Publisher(Closing):
 
     def _serve(self) -> None:
         while not self._closed.is_set():
-            self._producer.poll(0.05)
+            try:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                # A fatal error (a transactional publisher fenced): librdkafka fails what is
+                # queued, and every later call says why.
+                err = exc.args[0]
+                if self._txn is not None:
+                    self._txn.error_for(err)
+                log.error("publisher for %r: %s", self._topic, err)
 
     def _to_record(self, item: Record | Any) -> Record:
         if isinstance(item, Record):
@@ -235,6 +254,18 @@ class Publisher(Closing):
 
     def _error(self, rec: Record, err: Any) -> PublishError:
         """The ``PublishError`` for a record the broker (or ``close``) did not accept."""
+        if self._txn is not None:
+            ended = self._txn.error_for(err)
+            if ended is not None:  # fenced: every later call says so too
+                return type(ended)(str(ended), record=rec, cause=err, stream=self._topic)
+            if isinstance(err, KafkaError) and err.code() == KafkaError._STATE:
+                return TransactionError(
+                    "a transactional publisher publishes inside `with pub.transaction():` "
+                    f"({err.str()})",
+                    record=rec,
+                    cause=err,
+                    stream=self._topic,
+                )
         if err is _REFUSED:
             return PublishError(
                 "publisher is closed (it closed while the record waited for room in the local "
@@ -272,6 +303,51 @@ class Publisher(Closing):
         self._producer.flush(0)
         return future.result(timeout_s)
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """A Kafka transaction: begun on entry, committed on exit, aborted on an exception.
+
+        What is published inside, and the positions ``confirm(sub)`` adds, become visible to
+        ``read_committed`` subscribers together on commit, or never.
+
+        Raises:
+            TransactionError: The publisher is not transactional, a transaction is already
+                open, or the commit failed (the transaction was aborted).
+            ProducerFencedError: A newer publisher with the same ``transactional_id`` started.
+        """
+        txn = self._transactions()
+        txn.begin()
+        try:
+            yield
+        except BaseException:
+            try:
+                txn.abort()
+            except TransactionError as exc:
+                log.warning("aborting the transaction on %r failed: %s", self._topic, exc)
+            raise
+        txn.commit()
+
+    def confirm(self, subscriber: Subscriber) -> None:
+        """Send ``subscriber``'s delivered positions with the open transaction.
+
+        They commit with it (Kafka's ``send_offsets_to_transaction``), so the input is
+        confirmed exactly when the output becomes visible.
+
+        Raises:
+            TransactionError: No transaction is open, or the publisher is not transactional.
+            IllegalSubscriberStateError: The subscriber is ungrouped, closed, or keeps its
+                positions in the application's database.
+        """
+        self._transactions().confirm(subscriber._confirm_in_transaction)
+
+    def _transactions(self) -> Transactions:
+        if self._txn is None:
+            raise TransactionError(
+                "publisher is not transactional: set PublisherConfig(transactional_id=...)",
+                stream=self._topic,
+            )
+        return self._txn
+
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait until every record sent so far is acknowledged; return how many remain."""
         return int(self._producer.flush(timeout_s))
@@ -291,6 +367,8 @@ class Publisher(Closing):
             # Callers past the check are producing (or give up waiting for room): let them end.
             while self._entering:
                 self._entered.wait()
+        if self._txn is not None:
+            self._txn.close()  # an open transaction is aborted: its records fail
         remaining = self._producer.flush(timeout_s)
         if remaining:
             log.warning(

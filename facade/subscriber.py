@@ -15,16 +15,16 @@ durable client, a ``DurableSession`` that sees the subscriber only through ``Dur
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from bolide.facade._internal.closing import Closing
+from bolide.facade._internal.confirms import Confirms
 from bolide.facade._internal.fetch import Fetcher
 from bolide.facade._internal.host import SessionHost
 from bolide.facade._internal.lock import HookLock
@@ -86,14 +86,21 @@ class Subscriber(Closing):
         # Held while talking to the consumer; user callbacks wait until it is let go.
         self._lock = HookLock()
         self._closed = False
-        self._consumer_closed = False
-        self._commit_lock = threading.Lock()  # confirm vs. closing the consumer
-        self._revoking = False  # on_revoke runs: partitions still owned, confirms are synchronous
         self._receiver: Receiver | None = None
         # Updated in place: the fetcher holds the same set.
         self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
         self._positions = Positions(cluster, config, self._consumer, self.partitions, self._report)
         self.scheme = self._positions.scheme
+        self._confirms = Confirms(
+            self.topic,
+            self._consumer,
+            self._positions,
+            self._assigned,
+            grouped=self.grouped,
+            group_id=self.group_id,
+            store=config.positions,
+            report=self._report,
+        )
         self._pending: deque[Message | Record] = deque()  # read, not yet delivered
         # A durable client (GemFire): registry claim, expiry, marker; see bolide.facade.durable.
         self._durable: DurableSession | None = None
@@ -122,13 +129,16 @@ class Subscriber(Closing):
         try:
             if self._durable is not None:
                 self._durable.connect()
+            confirms, every = self._confirms, range(self.partitions)
             if self.grouped:
                 if self.scheme is InitialOffsetScheme.NONE:
-                    self._positions.require_confirmed(self.group_id)
+                    stored = confirms.stored(every) if confirms.keeps_positions else None
+                    self._positions.require_confirmed(self.group_id, stored)
                 self._subscribe()
             else:
+                stored = confirms.stored(every) if confirms.keeps_positions else {}
                 positions = self._positions
-                positions.assign({p: positions.initial(p, None) for p in range(self.partitions)})
+                positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
         except BaseException:
             if self._durable is not None:
                 self._durable.abort()
@@ -151,6 +161,7 @@ class Subscriber(Closing):
             # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
             "auto.offset.reset": "error",
             "on_commit": self._on_commit,
+            "isolation.level": self.config.isolation,
         }
         if self.grouped:
             own.update(
@@ -178,7 +189,7 @@ class Subscriber(Closing):
         parts = [tp.partition for tp in partitions]
         positions = self._positions
         try:
-            committed = positions.committed(parts)
+            committed = self._confirms.committed(parts)
             if self._durable is not None:
                 committed = self._durable.kept_positions(committed)
             positions.resume(parts, committed)
@@ -210,11 +221,11 @@ class Subscriber(Closing):
         if held and hook is not None and not lost:
             # Kafka's onPartitionsRevoked: the partitions are still owned, so a confirm in the
             # hook commits (synchronously) before the next owner reads them.
-            self._revoking = True
+            self._confirms.revoking = True
             try:
                 self._call_hook(hook, "on_revoke", sorted(held))
             finally:
-                self._revoking = False
+                self._confirms.revoking = False
         self._assigned -= set(parts)
         for p in parts:
             self._positions.history.close(p)
@@ -321,7 +332,9 @@ class Subscriber(Closing):
             self._fetcher.drop({p})
             self._fetcher.move(p, self._positions.seek_target(p, offset))
 
-    def confirm(self, offset: int | None = None, partition: int | None = None) -> None:
+    def confirm(
+        self, offset: int | None = None, partition: int | None = None, *, conn: Any = None
+    ) -> None:
         """Confirm records up to ``offset`` (Meteor's meaning: the last record finished with).
 
         Without arguments, confirms the last record returned by ``poll`` on every partition;
@@ -329,52 +342,36 @@ class Subscriber(Closing):
         handler, as does a confirm after the lease was lost (which changes nothing). Inside
         ``on_revoke`` the partitions are still owned and the commit is synchronous.
 
+        With ``conn`` (a SQLAlchemy connection in the application's transaction, and
+        ``SubscriberConfig(positions=...)``), the positions are written in that transaction,
+        and committed to Kafka once it commits (docs/exactly-once.md); ungrouped subscribers
+        confirm this way too.
+
         It does not wait for a ``poll`` running in another thread, so a worker thread can
         confirm while a hook on the polling thread waits for it.
 
         Raises:
-            IllegalSubscriberStateError: The subscriber is ungrouped, or closed.
+            IllegalSubscriberStateError: The subscriber is ungrouped (without ``conn``), or
+                closed, or ``conn`` is given without a position store, or missing with one.
             ValueError: ``offset`` is negative or beyond the last record read.
+            NotAssignedError: With ``conn``: another subscriber moved the stored position
+                (it took the partition over); roll the transaction back.
         """
-        if not self.grouped:
+        if not self.grouped and conn is None:
             raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
-        if offset is None:
-            targets = dict(self._positions.last_read)
-        else:
+        p = 0
+        if offset is not None:
             check_int("offset", offset)
             p = self._partition_arg(partition)
-            last = self._positions.last_read.get(p)
-            if last is None or offset > last:
-                raise ValueError(
-                    f"offset {offset} of {self.topic}[{p}] was never read (last read: {last})"
-                )
-            targets = {p: offset}
-        if not targets or self._fetcher.deactivated:
-            return
-        assigned = set(self._assigned)
-        not_held = sorted(set(targets) - assigned)
-        if not_held:
-            self._report(
-                f"confirm without the lease on {self.topic}{not_held}: nothing changed",
-                NotAssignedError(
-                    "confirm without the lease", stream=self.topic, partition=not_held[0]
-                ),
-            )
-        positions = {p: o + 1 for p, o in targets.items() if p in assigned}
+        positions = self._confirms.targets(offset, p, deactivated=self._fetcher.deactivated)
         if not positions:
             return
-        commits = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
-        self._positions.note_confirmed(positions)
-        with self._commit_lock:
-            if self._consumer_closed:
-                raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
-            if not self._revoking:
-                self._consumer.commit(offsets=commits, asynchronous=True)
-                return
-            try:
-                self._consumer.commit(offsets=commits, asynchronous=False)
-            except KafkaException as exc:
-                self._report(f"confirm failed on {self.topic} while revoking", exc)
+        self._confirms.confirm(positions, conn)
+
+    def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
+        """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
+        to call once the transaction commits."""
+        return self._confirms.for_transaction()
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None:
@@ -493,8 +490,7 @@ class Subscriber(Closing):
                         self._consumer.unsubscribe()
                     self._consumer.close()  # on_revoke runs here, partitions still owned
                 finally:
-                    with self._commit_lock:
-                        self._consumer_closed = True
+                    self._confirms.close()
                     if self._durable is not None:
                         self._durable.after_close(keep_alive)
                     self._fetcher.close()

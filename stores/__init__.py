@@ -3,6 +3,7 @@
 from bolide.stores._capacity import require_delete_records
 from bolide.stores.archiver import Archiver, ArchiverStats, ProgressCallback
 from bolide.stores.durable_registry import DurableClient, DurableRegistry
+from bolide.stores.positions import SqlPositions
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.store import SqlStore
 
@@ -12,6 +13,7 @@ __all__ = [
     "DurableClient",
     "DurableRegistry",
     "ProgressCallback",
+    "SqlPositions",
     "SqlSchemaRegistry",
     "SqlStore",
     "require_delete_records",

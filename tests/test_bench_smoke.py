@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_facade, bench_load, run_all
+from benchmarks import bench_eos, bench_facade, bench_load, run_all
 from bolide.facade import Cluster
 from bolide.facade.cli.main import main as cli_main
 
@@ -78,6 +78,29 @@ def test_load_benchmark_reports_latency_percentiles(
         assert set(doc[span]) == {"min", "p50", "p95", "p99", "max"}
         assert all(math.isfinite(v) and v > 0 for v in doc[span].values()), doc[span]
     assert "load" in run_all.available() and "load" in run_all.KNOWN
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_exactly_once_benchmark_reports_ratios(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    tiny = ["--records", "200", "--batch", "100", "--txn-size", "100", "--repeat", "1"]
+    assert bench_eos.main(["--bootstrap", cluster.bootstrap_servers, "--json", *tiny]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["benchmark"] == "eos"
+    assert {(r["measure"].split(",")[0], r["database"]) for r in doc["rows"]} == {
+        ("publish", "-"),
+        ("read-process-publish", "-"),
+        ("insert + confirm", "sqlite"),
+        ("insert + confirm", "postgresql"),
+    }
+    for row in doc["rows"]:
+        assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("baseline_rec_s", "eos_rec_s"))
+    assert "eos" in run_all.available() and "eos" in run_all.KNOWN
 
 
 def test_runner_notes_missing_benchmarks_and_rejects_unknown_names(

@@ -63,24 +63,29 @@ class Positions:
         if scheme is InitialOffsetScheme.AUTO:
             scheme = InitialOffsetScheme.EARLIEST if config.grouped else InitialOffsetScheme.LATEST
         self.scheme = scheme
-        # LATEST means after the last record that existed when the subscriber started.
+        # LATEST means after the last record that existed when the subscriber started; for a
+        # read_committed subscriber, from the last stable offset (what it reads next).
         self._latest = (
-            log_ends(cluster, self.topic, range(partitions))
+            log_ends(cluster, self.topic, range(partitions), isolation=config.isolation)
             if scheme is InitialOffsetScheme.LATEST
             else {}
         )
 
     # -- where a partition starts --------------------------------------------------------
 
-    def require_confirmed(self, group_id: str) -> None:
+    def require_confirmed(self, group_id: str, stored: dict[int, int] | None = None) -> None:
         """Fail unless ``group_id`` confirmed something (the NONE scheme of a grouped member).
+
+        Args:
+            stored: The positions kept in the application's database, when it keeps them:
+                they stand in for the group's committed offsets.
 
         Raises:
             OffsetLoadError: The group has no confirmed offset on the stream.
         """
-        parts = [TopicPartition(self.topic, p) for p in range(self._partitions)]
-        committed = self._consumer.committed(parts, timeout=10)
-        if not any(tp.offset >= 0 for tp in committed):
+        if stored is None:
+            stored = self.committed(list(range(self._partitions)))
+        if not any(offset >= 0 for offset in stored.values()):
             raise OffsetLoadError(
                 f"group {group_id!r} has no confirmed offset on {self.topic!r} and the "
                 "initial offset scheme is NONE",
@@ -195,19 +200,25 @@ class Positions:
         position = offset if offset is not None and offset >= 0 else start
         if position < start:
             return position
-        end = log_ends(self._cluster, self.topic, [partition])[partition]
+        end = self._log_end(partition)
         self._past_end(f"offset {position}", partition, position, end)
         return end
 
     def seek_target(self, partition: int, offset: int) -> int:
         """Where ``seek(offset)`` goes: past the end is reported and moved to the end. What
         was read on the partition is no longer confirmable."""
-        end = log_ends(self._cluster, self.topic, [partition])[partition]
+        end = self._log_end(partition)
         if offset > end:
             self._past_end(f"seek to {offset}", partition, offset, end)
             offset = end
         self.last_read.pop(partition, None)
         return offset
+
+    def _log_end(self, partition: int) -> int:
+        """The end of the log, open transactions included: what lies below it exists."""
+        return log_ends(self._cluster, self.topic, [partition], isolation="read_uncommitted")[
+            partition
+        ]
 
     def _past_end(self, what: str, partition: int, offset: int, end: int) -> None:
         self._report(

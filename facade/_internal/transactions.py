@@ -1,0 +1,221 @@
+"""``Transactions``: a transactional publisher's Kafka transactions (Kafka Streams' exactly-once).
+
+One transaction at a time: ``begin``; the records published; ``confirm`` adds a subscriber's
+delivered positions (``send_offsets_to_transaction``); ``commit`` makes all of it visible to
+``read_committed`` readers at once, or ``abort`` drops all of it. librdkafka's rules for a
+failed call are followed: a retriable error is retried, an abortable one aborts, a fatal one
+(fencing among them) ends the publisher.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from bolide.facade.errors import ProducerFencedError, TransactionError
+
+__all__ = ["FENCED", "Transactions"]
+
+log = logging.getLogger(__name__)
+
+#: Errors that say a newer producer with the same transactional id took over.
+FENCED = frozenset(
+    {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
+)
+
+
+class Transactions:
+    """The transactions of one publisher's producer.
+
+    Args:
+        producer: The publisher's producer, built with ``transactional.id``.
+        transactional_id: Its transactional id (for messages).
+        stream: The publisher's stream (for messages).
+        timeout_s: How long each transactional call may take.
+
+    Raises:
+        ProducerFencedError: Initialising was refused for fencing.
+        TransactionError: Initialising failed (the broker, or a setting).
+    """
+
+    def __init__(
+        self, producer: Producer, transactional_id: str, stream: str, timeout_s: float = 30.0
+    ) -> None:
+        self._producer = producer
+        self.transactional_id = transactional_id
+        self._stream = stream
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self.open = False
+        self._closed = False
+        self._ended: TransactionError | None = None  # fenced, or a fatal error
+        self._after_commit: list[Callable[[], None]] = []
+        self._run("initialise transactions", lambda: producer.init_transactions(timeout_s))
+
+    # -- state -------------------------------------------------------------------------------
+
+    def error_for(self, err: Any) -> TransactionError | None:
+        """The typed error for a failure that ends the publisher (else ``None``); it is
+        remembered, so every later call, and every record failed after it, reports it."""
+        if self._ended is not None:
+            return self._ended
+        if not isinstance(err, KafkaError):
+            return None
+        if err.code() in FENCED:
+            return self._end(self._fenced(err.str()))
+        if err.fatal():
+            return self._end(self._fatal(err))
+        return None
+
+    def _fenced(self, reason: str) -> ProducerFencedError:
+        return ProducerFencedError(
+            f"publisher with transactional_id {self.transactional_id!r} was fenced: another "
+            f"publisher with the same id started ({reason}); close this one",
+            stream=self._stream,
+        )
+
+    def _fatal(self, err: KafkaError) -> TransactionError:
+        return TransactionError(
+            f"publisher with transactional_id {self.transactional_id!r} hit a fatal error "
+            f"({err.str()}); close it",
+            stream=self._stream,
+            cause=err,
+        )
+
+    def _end(self, error: TransactionError) -> TransactionError:
+        if self._ended is None:
+            self._ended = error
+        return error
+
+    def _check(self) -> None:
+        if self._ended is not None:
+            raise type(self._ended)(str(self._ended), stream=self._stream)
+        if self._closed:
+            raise TransactionError("publisher is closed", stream=self._stream)
+
+    def _run(self, what: str, call: Callable[[], object]) -> None:
+        """One transactional call, its errors typed (a retriable one is retried)."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not isinstance(err, KafkaError):
+                    raise TransactionError(f"{what} failed: {exc}", stream=self._stream) from exc
+                ended = self.error_for(err)
+                if ended is not None:
+                    raise ended from exc
+                retry = err.retriable() and not err.txn_requires_abort()
+                if retry and time.monotonic() < deadline:
+                    continue
+                raise TransactionError(
+                    f"{what} failed for transactional_id {self.transactional_id!r}: {err.str()}",
+                    stream=self._stream,
+                    cause=err,
+                    retriable=err.retriable() or err.txn_requires_abort(),
+                ) from exc
+
+    # -- one transaction ---------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Begin a transaction.
+
+        Raises:
+            TransactionError: One is already open, or the publisher is closed or ended.
+        """
+        with self._lock:
+            self._check()
+            if self.open:
+                raise TransactionError(
+                    "a transaction is already open on this publisher (one at a time)",
+                    stream=self._stream,
+                )
+            self._run("begin transaction", self._producer.begin_transaction)
+            self.open = True
+
+    def confirm(
+        self, source: Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]
+    ) -> None:
+        """Send a subscriber's positions with the open transaction.
+
+        Args:
+            source: Gives the positions, the group's metadata, and what to call once the
+                transaction commits (``Subscriber._confirm_in_transaction``).
+
+        Raises:
+            TransactionError: No transaction is open, or the broker refused.
+        """
+        with self._lock:
+            self._check()
+            if not self.open:
+                raise TransactionError(
+                    "confirm(sub) belongs inside `with pub.transaction():`", stream=self._stream
+                )
+            offsets, metadata, after = source()
+            if offsets:
+                self._run(
+                    "send the input positions",
+                    lambda: self._producer.send_offsets_to_transaction(
+                        offsets, metadata, self._timeout_s
+                    ),
+                )
+            self._after_commit.append(after)
+
+    def commit(self) -> None:
+        """Commit the open transaction (it flushes what was published in it first).
+
+        Raises:
+            ProducerFencedError: Another publisher took the transactional id over.
+            TransactionError: The commit failed; the transaction was aborted.
+        """
+        with self._lock:
+            self._check()
+            try:
+                self._run(
+                    "commit transaction", lambda: self._producer.commit_transaction(self._timeout_s)
+                )
+            except TransactionError:
+                if self._ended is None:
+                    self._abort_quietly()
+                raise
+            finally:
+                self.open = False
+                callbacks, self._after_commit = self._after_commit, []
+            for callback in callbacks:  # committed: the positions sent with it hold
+                callback()
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any: nothing of it is seen by ``read_committed``
+        readers and the positions sent with it are dropped."""
+        with self._lock:
+            self._after_commit.clear()
+            if not self.open:
+                return
+            self.open = False
+            if self._ended is not None:
+                return  # fenced: the newer publisher aborted it already
+            self._run(
+                "abort transaction", lambda: self._producer.abort_transaction(self._timeout_s)
+            )
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._producer.abort_transaction(self._timeout_s)
+        except KafkaException as exc:
+            log.warning("aborting a failed transaction on %r failed: %s", self._stream, exc)
+
+    def close(self) -> None:
+        """Abort an open transaction (its records fail) and refuse further calls."""
+        with self._lock:
+            self._closed = True
+            self._after_commit.clear()
+            if self.open and self._ended is None:
+                self._abort_quietly()
+            self.open = False

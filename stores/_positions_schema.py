@@ -1,0 +1,25 @@
+"""The positions table as a SQLAlchemy Core object (revision ``0004``).
+
+It lives on the history tables' ``metadata`` so that ``alembic check`` compares it too.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from bolide.stores._schema import metadata
+
+__all__ = ["POSITIONS"]
+
+#: One row per (group, stream, partition): the next offset to read, written in the same
+#: transaction as the application's results (``SqlPositions``).
+POSITIONS = sa.Table(
+    "bolide_positions",
+    metadata,
+    sa.Column("group_id", sa.String(255), nullable=False),
+    sa.Column("stream", sa.String(255), nullable=False),
+    sa.Column("kafka_partition", sa.Integer, nullable=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("group_id", "stream", "kafka_partition", name="pk_bolide_positions"),
+)

@@ -1,0 +1,313 @@
+"""Kafka transactions: read-process-publish with the input positions in the transaction,
+aborts, fencing, open transactions and the last stable offset, a killed publisher."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bolide.facade import (
+    Cluster,
+    IllegalSubscriberStateError,
+    InitialOffsetScheme,
+    ProducerFencedError,
+    Publisher,
+    PublisherConfig,
+    PublishError,
+    Record,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+    TransactionError,
+)
+from bolide.facade.kafka import log_ends
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.kafka
+
+LEASE_MS = 4_000
+ABORTED_VISIBLE = (
+    "the embedded broker (Tansu) delivers the records of aborted transactions to "
+    "read_committed consumers (plain confluent-kafka consumers see them too): "
+    "docs/compatibility.md"
+)
+
+
+def txn_publisher(cluster: Cluster, stream: StreamConfig, tid: str | None = None, **cfg):
+    return Publisher(
+        cluster,
+        PublisherConfig(stream=stream, transactional_id=tid or f"tx-{uuid.uuid4().hex}", **cfg),
+    )
+
+
+def publish(cluster: Cluster, stream: StreamConfig, values: list[bytes]) -> None:
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for value in values:
+            pub.publish_async(Record(value))
+        assert pub.flush(30) == 0
+
+
+def read_all(cluster: Cluster, stream: StreamConfig, count: int, **cfg) -> list[bytes]:
+    """Every record of ``stream`` from the start, once ``count`` arrived and nothing more came."""
+    config = SubscriberConfig(
+        stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST, **cfg
+    )
+    got: list[Record] = []
+    with Subscriber(cluster, config) as sub:
+        eventually(lambda: got.extend(sub.poll(200)) or len(got) >= count, 60)
+        got.extend(sub.poll(500))
+    return [r.data for r in got]
+
+
+def grouped(cluster: Cluster, stream: StreamConfig) -> Subscriber:
+    config = SubscriberConfig(
+        stream=stream, group=f"g-{uuid.uuid4().hex[:10]}", lease_timeout_ms=LEASE_MS
+    )
+    return Subscriber(cluster, config)
+
+
+def poll_count(sub: Subscriber, count: int) -> list[Record]:
+    got: list[Record] = []
+    eventually(lambda: got.extend(sub.poll(200)) or len(got) >= count, 60)
+    return got
+
+
+def test_read_process_publish_commits_output_and_input_together(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"%d" % i for i in range(10)])
+    with grouped(cluster, source) as sub, txn_publisher(cluster, sink) as pub:
+        batch = poll_count(sub, 10)
+        with pub.transaction():
+            futures = [pub.publish_async(Record(r.data + b"!")) for r in batch]
+            pub.confirm(sub)
+        assert [f.result(10) for f in futures] == list(range(10))
+        assert sub.committed() == {0: batch[-1].offset + 1}
+    assert read_all(cluster, sink, 10) == [b"%d!" % i for i in range(10)]
+
+
+def test_abort_drops_the_positions_sent_with_it(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"a", b"b", b"c"])
+    with grouped(cluster, source) as sub, txn_publisher(cluster, sink) as pub:
+        poll_count(sub, 3)
+        with pytest.raises(RuntimeError, match="transform failed"), pub.transaction():
+            pub.publish_async(Record(b"half"))
+            pub.confirm(sub)
+            raise RuntimeError("transform failed")
+        assert sub.committed() == {0: None}, "the aborted transaction confirmed nothing"
+        with pub.transaction():  # the publisher goes on after an abort
+            pub.publish_async(Record(b"whole"))
+            pub.confirm(sub)
+        assert sub.committed() == {0: 3}
+    assert b"whole" in read_all(cluster, sink, 1, isolation="read_uncommitted")
+
+
+def test_aborted_records_never_reach_read_committed_subscribers(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], embedded_broker: bool
+) -> None:
+    if embedded_broker:
+        pytest.skip(ABORTED_VISIBLE)
+    stream = stream_factory()
+    with txn_publisher(cluster, stream) as pub:
+        with pub.transaction():
+            pub.publish_async(Record(b"kept-1"))
+        with pytest.raises(KeyError), pub.transaction():
+            pub.publish(Record(b"aborted"))
+            raise KeyError("no")
+        with pub.transaction():
+            pub.publish_async(Record(b"kept-2"))
+    assert read_all(cluster, stream, 2) == [b"kept-1", b"kept-2"]
+    assert b"aborted" in read_all(cluster, stream, 3, isolation="read_uncommitted")
+
+
+def test_a_second_publisher_with_the_same_id_fences_the_first(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    tid = f"billing-{uuid.uuid4().hex[:8]}"
+    with txn_publisher(cluster, stream, tid) as first:
+        with first.transaction():
+            first.publish(Record(b"first"))
+        with txn_publisher(cluster, stream, tid) as second:
+            with pytest.raises(ProducerFencedError, match=tid) as info, first.transaction():
+                first.publish(Record(b"zombie"), timeout_s=30)
+            assert isinstance(info.value, PublishError)
+            # Every later call says so at once.
+            with pytest.raises(ProducerFencedError), first.transaction():
+                pass
+            with second.transaction():
+                second.publish(Record(b"second"))
+    got = read_all(cluster, stream, 2)
+    assert got[0] == b"first" and got[-1] == b"second"
+
+
+def test_an_open_transaction_holds_read_committed_at_the_last_stable_offset(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    publish(cluster, stream, [b"before"])
+    latest = InitialOffsetScheme.LATEST
+    with txn_publisher(cluster, stream) as pub, pub.transaction():
+        pub.publish(Record(b"in-txn"))
+        publish(cluster, stream, [b"after"])  # behind the open transaction
+        committed_end = log_ends(cluster, stream.name, [0], isolation="read_committed")
+        log_end = log_ends(cluster, stream.name, [0], isolation="read_uncommitted")
+        assert committed_end == {0: 1}, "read_committed stops at the open transaction"
+        assert log_end == {0: 3}
+        rc = Subscriber(cluster, SubscriberConfig(stream=stream, initial_offset_scheme=latest))
+        ru = Subscriber(
+            cluster,
+            SubscriberConfig(
+                stream=stream, initial_offset_scheme=latest, isolation="read_uncommitted"
+            ),
+        )
+        assert not rc.poll(300), "nothing committed follows its LATEST yet"
+    with rc, ru:
+        got = poll_count(rc, 2)
+        assert [r.data for r in got] == [b"in-txn", b"after"]
+        publish(cluster, stream, [b"later"])
+        assert [r.data for r in poll_count(ru, 1)] == [b"later"], "LATEST was the log end"
+        assert [r.data for r in poll_count(rc, 1)] == [b"later"]
+
+
+_KILLED_PUBLISHER = """
+import sys, time
+from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
+cluster = Cluster(sys.argv[1])
+config = PublisherConfig(stream=StreamConfig(name=sys.argv[2]), transactional_id=sys.argv[3],
+                         producer_config={"transaction.timeout.ms": 3000})
+pub = Publisher(cluster, config)
+txn = pub.transaction()
+txn.__enter__()
+pub.publish(Record(b"orphan"))
+print("OPEN", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_publishers_open_transaction_does_not_block_readers_past_its_timeout(
+    cluster: Cluster,
+    stream_factory: Callable[..., StreamConfig],
+    embedded_broker: bool,
+    tmp_path: Path,
+) -> None:
+    if embedded_broker:
+        pytest.skip(
+            "the embedded broker (Tansu) never times out an open transaction: it stays open "
+            "until a producer with the same transactional id starts (docs/compatibility.md)"
+        )
+    stream = stream_factory()
+    publish(cluster, stream, [b"before"])
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_PUBLISHER)
+    tid = f"killed-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), cluster.bootstrap_servers, stream.name, tid],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "OPEN"
+    finally:
+        proc.kill()
+        proc.wait(10)
+    publish(cluster, stream, [b"after"])
+    # The coordinator aborts it once transaction.timeout.ms (3 s) has passed.
+    got = read_all(cluster, stream, 2)
+    assert got == [b"before", b"after"]
+
+
+def test_transaction_misuse_is_a_clear_error(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    with (
+        Publisher(cluster, PublisherConfig(stream=stream)) as plain,
+        pytest.raises(TransactionError, match="not transactional"),
+        plain.transaction(),
+    ):
+        pass
+    with txn_publisher(cluster, stream) as pub:
+        with pytest.raises(TransactionError, match="inside"):
+            pub.publish(Record(b"outside"))
+        sub = Subscriber(cluster, SubscriberConfig(stream=stream))
+        with sub:
+            with pytest.raises(TransactionError, match="inside"):
+                pub.confirm(sub)
+            with pub.transaction():
+                with pytest.raises(TransactionError, match="already open"), pub.transaction():
+                    pass
+                with pytest.raises(IllegalSubscriberStateError, match="ungrouped"):
+                    pub.confirm(sub)
+    with pytest.raises(TransactionError, match="closed"), pub.transaction():
+        pass
+
+
+def test_exactly_once_settings_are_checked() -> None:
+    stream = StreamConfig(name="s")
+    with pytest.raises(ValueError, match="transactional_id"):
+        PublisherConfig(stream=stream, transactional_id="")
+    with pytest.raises(ValueError, match="transactional_id="):
+        PublisherConfig(stream=stream, producer_config={"transactional.id": "x"})
+    with pytest.raises(ValueError, match="isolation"):
+        SubscriberConfig(stream=stream, isolation="serializable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="contradicts"):
+        SubscriberConfig(stream=stream, consumer_config={"isolation.level": "read_uncommitted"})
+    assert SubscriberConfig(stream=stream).isolation == "read_committed"
+    with pytest.raises(TypeError, match="PositionStore"):
+        SubscriberConfig(stream=stream, group="g", positions=object())  # type: ignore[arg-type]
+
+
+def test_a_durable_clients_marker_stops_at_an_open_transaction(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    from bolide.stores import SqlStore
+
+    stream = stream_factory()
+    publish(cluster, stream, [b"old"])
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    with SqlStore(url) as store:
+        store.upgrade()
+    live: list[bool] = []
+    config = SubscriberConfig(
+        stream=stream,
+        durable_id=f"d-{uuid.uuid4().hex[:8]}",
+        durable_registry=url,
+        lease_timeout_ms=LEASE_MS,
+        on_live=lambda: live.append(True),
+    )
+    with txn_publisher(cluster, stream) as pub:
+        with pub.transaction():
+            pub.publish(Record(b"open"))
+            sub = Subscriber(cluster, config)
+            assert sub.marker == {0: 1}, "the replay ends where read_committed stops"
+            replayed: list[Record] = []
+            eventually(lambda: replayed.extend(sub.poll(200)) or live, 60)
+            assert [(r.data, r.replayed) for r in replayed] == [(b"old", True)]
+        with sub:
+            got = poll_count(sub, 1)
+            assert [(r.data, r.replayed) for r in got] == [(b"open", False)]
+
+
+def test_closing_inside_a_transaction_aborts_it(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"a"])
+    with grouped(cluster, source) as sub:
+        poll_count(sub, 1)
+        pub = txn_publisher(cluster, sink)
+        with pytest.raises(TransactionError, match="closed"), pub.transaction():
+            pub.publish_async(Record(b"never committed"))
+            pub.confirm(sub)
+            pub.close()
+        assert sub.committed() == {0: None}, "the aborted transaction confirmed nothing"
