@@ -232,6 +232,7 @@ def log_ends(
     *,
     timeout_s: float = _TIMEOUT_S,
     isolation: str | None = None,
+    consumer: Consumer | None = None,
 ) -> dict[int, int]:
     """The true end (next offset to be written) of each partition.
 
@@ -239,13 +240,21 @@ def log_ends(
     so a broker that reports a stale watermark still yields the real end.
 
     Args:
+        cluster: Where the topic lives.
+        topic: The topic.
+        partitions: Its partitions to measure.
+        timeout_s: Longest wait for the broker.
         isolation: ``"read_committed"`` answers the last stable offset (the first offset of
             the oldest open transaction, else the end): where such a reader stops and what it
             will read next. ``"read_uncommitted"`` answers the end of the log. ``None`` keeps
             the cluster's setting (librdkafka's default is ``read_committed``).
+        consumer: A ``probe_consumer`` to reuse across calls (reassigned, left open; its own
+            isolation level applies, not ``isolation``); by default one is made and closed.
     """
     parts = list(partitions)
-    consumer = probe_consumer(cluster, **({"isolation.level": isolation} if isolation else {}))
+    own = consumer is None
+    if consumer is None:
+        consumer = probe_consumer(cluster, **({"isolation.level": isolation} if isolation else {}))
     try:
         ends: dict[int, int] = {}
         starts: list[TopicPartition] = []
@@ -267,8 +276,8 @@ def log_ends(
                 continue
             err = msg.error()
             part, offset = msg.partition(), msg.offset()
-            if part is None or offset is None:
-                continue
+            if part is None or offset is None or msg.topic() != topic:
+                continue  # a reused consumer may still hold another topic's fetch
             if err is None:
                 ends[part] = max(ends[part], offset + 1)
             elif err.code() == KafkaError._PARTITION_EOF:
@@ -278,7 +287,8 @@ def log_ends(
             raise BrokerError(f"could not confirm the end of {topic!r} partitions {pending}")
         return ends
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
 
 
 class FetchGaps:

@@ -21,6 +21,7 @@ from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
+from bolide.facade.telemetry import TELEMETRY
 
 if TYPE_CHECKING:
     from bolide.facade.subscriber import Subscriber
@@ -230,6 +231,8 @@ class Publisher(Closing):
             # One group header, even for a record that was read and is published again.
             headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
             headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
+        if TELEMETRY is not None:  # a send span; its context goes in the headers
+            headers, report = TELEMETRY.send(self._topic, rec, headers, report)
         while True:
             try:
                 self._producer.produce(

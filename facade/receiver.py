@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from bolide.facade.errors import DurableClientBusyError
 from bolide.facade.record import Record
+from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Receiver:
         check_int("poll_timeout_ms", poll_timeout_ms)
         self._subscriber = subscriber
         self._handler = handler
+        if TELEMETRY is not None:  # each call in a process span, timed
+            self._handler = TELEMETRY.handler(subscriber, handler)
         self._poll_timeout_ms = poll_timeout_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(

@@ -36,9 +36,11 @@ from bolide.facade.errors import (
     NotAssignedError,
     ReceiverAlreadyAttachedError,
 )
+from bolide.facade.health import Health, measure
 from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.receiver import Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch
+from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 __all__ = ["Subscriber"]
@@ -143,6 +145,8 @@ class Subscriber(Closing):
             if self._durable is not None:
                 self._durable.abort()
             raise
+        if TELEMETRY is not None:
+            TELEMETRY.watch(self)
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -311,6 +315,8 @@ class Subscriber(Closing):
                 batch = self._fetcher.poll(min(deadline, time.monotonic() + _SLICE_S))
             first = False
             if batch or time.monotonic() >= deadline:
+                if batch and TELEMETRY is not None:
+                    TELEMETRY.delivered(self, batch)
                 return batch
 
     # -- positions and confirms -------------------------------------------------------------
@@ -366,6 +372,8 @@ class Subscriber(Closing):
         positions = self._confirms.targets(offset, p, deactivated=self._fetcher.deactivated)
         if not positions:
             return
+        if TELEMETRY is not None:
+            TELEMETRY.confirmed(self, positions)
         self._confirms.confirm(positions, conn)
 
     def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
@@ -380,6 +388,16 @@ class Subscriber(Closing):
         failed = [tp for tp in partitions if tp.error is not None]
         if failed:
             self._report(f"confirm failed on {self.topic}: {failed}", None)
+
+    def health(self, *, lag: bool = True) -> Health:
+        """Lease held, last poll, lag per held partition (read from the log ends unless
+        ``lag=False``) and closed, as a ``bolide.facade.health.Health``."""
+        with self._lock:
+            held = [] if self._fetcher.deactivated or self._closed else sorted(self._assigned)
+            at = {(self.topic, p): self._positions.next.get(p) for p in held}
+        group, last = (self.group_id if self.grouped else None), self._fetcher.last_poll_ms
+        return measure(self.cluster, "subscriber", group, (self.topic,), at, closed=self._closed,
+                       last_poll_ms=last, lag=lag)  # fmt: skip
 
     def committed(self, timeout_s: float = 10.0) -> dict[int, int | None]:
         """The group's confirmed positions (next offset to read) per partition."""

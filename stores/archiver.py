@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
+from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     FetchGaps,
@@ -29,6 +30,7 @@ from bolide.facade.kafka import (
 )
 from bolide.facade.ports import ArchiveStore, HistoryStore
 from bolide.facade.record import Record, record_from_message
+from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 from bolide.stores._capacity import require_delete_records, trim
 from bolide.stores.typed_archive import write_typed
@@ -171,6 +173,13 @@ class Archiver:
         self._trimmed: dict[_TP, int] = {}
         self._unsettled: dict[_TP, int] = {}  # committed asynchronously since the last sync
         self.stats = ArchiverStats()
+        # What health() reports: the partitions held, the positions, the last poll.
+        self._held: set[_TP] = set()
+        self._positions: dict[_TP, int] = {}
+        self._running = False
+        self._last_poll_ms: int | None = None
+        if TELEMETRY is not None:
+            TELEMETRY.watch(self)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -204,6 +213,22 @@ class Archiver:
             error, self._error = self._error, None
             raise error
         return self.stats
+
+    def health(self, *, lag: bool = True) -> Health:
+        """Whether it runs and holds partitions, its last poll, and the lag of each held
+        partition (log end minus the next offset to archive; read unless ``lag=False``)."""
+        positions = dict(self._positions)
+        at = {tp: positions.get(tp) for tp in sorted(self._held)} if self._running else {}
+        return measure(
+            self.cluster,
+            "archiver",
+            self.group,
+            tuple(sorted(self.streams)),
+            at,
+            closed=not self._running,
+            last_poll_ms=self._last_poll_ms,
+            lag=lag,
+        )
 
     def __enter__(self) -> Archiver:
         return self
@@ -244,18 +269,22 @@ class Archiver:
         )
         started = time.monotonic()
         meter = _Meter(started)
+        self._running = True
         try:
-            positions = self._committed(consumer)
+            positions = self._positions = self._committed(consumer)
             target = self._ends() if until_caught_up else None
             self.stats = ArchiverStats(positions=dict(positions))
             if target is not None and _reached(positions, target):
                 self._report(meter, positions, target, caught_up=True, force=True)
                 return self.stats
             self._gaps = {}
-            consumer.subscribe(sorted(self.streams))
+            consumer.subscribe(
+                sorted(self.streams), on_assign=self._on_assign, on_revoke=self._on_revoke
+            )
             last_refresh = time.monotonic()
             while not self._stop.is_set():
                 messages = consumer.consume(self.batch_size, timeout=0.2)
+                self._last_poll_ms = int(time.time() * 1000)
                 records = self._records(consumer, messages)
                 if records:
                     positions.update(self._archive(consumer, records, meter))
@@ -274,12 +303,20 @@ class Archiver:
                 if done:
                     break
         finally:
+            self._running = False
+            self._held.clear()
             try:
                 self._settle_commits(consumer)
             finally:
                 consumer.close()
             self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
         return self.stats
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._held.update((tp.topic, tp.partition) for tp in partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._held.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def _records(self, consumer: Consumer, messages: list[Message]) -> dict[str, list[Record]]:
         out: dict[str, list[Record]] = {}
@@ -319,6 +356,8 @@ class Archiver:
                 nexts[tp] = max(nexts.get(tp, 0), int(rec.offset or 0) + 1)
         count = sum(len(r) for r in records.values())
         meter.add(count)
+        if TELEMETRY is not None:
+            TELEMETRY.archive(self.group, records)
         self.stats = replace(
             self.stats,
             records=self.stats.records + count,

@@ -298,6 +298,17 @@ class SqlStore(Closing):
 
         return self._guard("partitions", fetch, stream=stream)
 
+    def streams(self) -> list[str]:
+        """The streams that have stored records, sorted."""
+        self._ready()
+        query = sa.select(RECORDS.c.stream).distinct()
+
+        def fetch() -> list[str]:
+            with self.engine.connect() as conn:
+                return sorted(str(s) for s in conn.execute(query).scalars())
+
+        return self._guard("streams", fetch)
+
     # -- errors and lifetime --------------------------------------------------------------
 
     def _guard(

@@ -40,6 +40,7 @@ class Fetcher:
 
     Attributes:
         deactivated: The subscriber gave up its lease: keep the consumer served, read nothing.
+        last_poll_ms: When ``poll`` was last called, in epoch milliseconds.
     """
 
     def __init__(
@@ -74,6 +75,7 @@ class Fetcher:
         # Raised by the next poll, with the position of the record it consumed (if any).
         self._deferred: tuple[Exception, tuple[int, int] | None] | None = None
         self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
+        self.last_poll_ms: int | None = None  # epoch ms of the last poll (for health checks)
 
     def poll(self, deadline: float) -> RecordBatch:
         """Gather up to ``max_batch`` records, waiting until ``deadline`` for the first one.
@@ -82,6 +84,7 @@ class Fetcher:
             Exception: The failure deferred by the previous poll, or one before any record
                 was gathered; the records not delivered stay queued.
         """
+        self.last_poll_ms = int(time.time() * 1000)
         if self._deferred is not None:
             (error, consumed), self._deferred = self._deferred, None
             if consumed is not None:

@@ -70,13 +70,15 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         raise  # pragma: no cover - error() exits
 
 
-def add_db_argument(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--db`` with the ``BOLIDE_DB`` environment default."""
-    parser.add_argument(
-        "--db",
-        default=os.environ.get("BOLIDE_DB"),
-        help="SQLAlchemy database URL (default: $BOLIDE_DB)",
-    )
+def add_db_argument(
+    parser: argparse.ArgumentParser,
+    *,
+    required: bool = True,
+    aliases: Sequence[str] = (),
+    help: str = "SQLAlchemy database URL (default: $BOLIDE_DB)",
+) -> None:
+    """``--db`` (and ``aliases``) with the ``BOLIDE_DB`` environment default."""
+    parser.add_argument("--db", *aliases, dest="db", default=os.environ.get("BOLIDE_DB"), help=help)
 
 
 def _text(value: Any) -> str:

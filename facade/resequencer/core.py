@@ -40,6 +40,7 @@ from bolide.facade.resequencer.state import (
     ResequencerMetrics,
     Track,
 )
+from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int, check_seconds
 
 __all__ = ["DeadLetterHandler", "Reason", "Resequencer", "ResequencerMetrics", "publish_sequence"]
@@ -122,6 +123,8 @@ class Resequencer:
         self._timed_out = 0
         self._duplicates = 0
         self._letters = DeadLetters(dead_letter, self._lock)
+        if TELEMETRY is not None:
+            TELEMETRY.watch_resequencer(self)
 
     # -- public API ------------------------------------------------------------------------
 

@@ -1,0 +1,425 @@
+"""``Instrumentation``: bolide's OpenTelemetry metrics and spans (imported only with the API).
+
+``bolide.facade.telemetry`` imports this module when ``opentelemetry-api`` is installed; the
+publisher, subscriber, receiver and archiver call it through ``telemetry.TELEMETRY``. Names
+follow the OpenTelemetry messaging semantic conventions; what they do not name is under
+``bolide.*``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Protocol
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from bolide.facade.record import Headers, Record
+
+__all__ = ["Instrumentation"]
+
+# Attribute names (OpenTelemetry messaging semantic conventions).
+SYSTEM = "messaging.system"
+DESTINATION = "messaging.destination.name"
+PARTITION = "messaging.destination.partition.id"
+GROUP = "messaging.consumer.group.name"
+OPERATION = "messaging.operation.name"
+OPERATION_TYPE = "messaging.operation.type"
+OFFSET = "messaging.kafka.offset"
+KEY = "messaging.kafka.message.key"
+ERROR_TYPE = "error.type"
+DURABLE_ID = "bolide.durable.id"
+
+#: Buckets the conventions ask for on duration histograms (seconds).
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+
+Report = Callable[[Any, Any], None]
+
+
+class _HeaderGetter(Getter[Headers]):
+    """Reads W3C trace context (or any propagator's fields) from a record's header pairs."""
+
+    def get(self, carrier: Headers, key: str) -> list[str] | None:
+        values = [v.decode("latin-1") for k, v in carrier if k == key]
+        return values or None
+
+    def keys(self, carrier: Headers) -> list[str]:
+        return [k for k, _ in carrier]
+
+
+_GETTER = _HeaderGetter()
+
+
+class HealthSource(Protocol):
+    """What the lag gauges read: a subscriber or an archiver."""
+
+    def health(self, *, lag: bool = True) -> Any: ...
+
+
+class Reader(Protocol):
+    """What the delivery hooks read of a subscriber."""
+
+    topic: str
+    grouped: bool
+    group_id: str
+
+
+def _group(reader: Reader) -> str | None:
+    return reader.group_id if reader.grouped else None
+
+
+def _version() -> str:
+    try:
+        return version("bolide")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+class Instrumentation:
+    """Counters, histograms, gauges and spans of every bolide client in the process.
+
+    Reports to the global tracer and meter providers until ``configure`` names others.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._health: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._resequencers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._durable: list[tuple[Any, Callable[[], Iterable[Any]]]] = []
+        # Per subscriber: partition -> first offset delivered, and confirmed positions.
+        self._first: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+        self._confirmed: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.configure()
+
+    # -- providers ---------------------------------------------------------------------------
+
+    def configure(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        """Report to these providers (``None``: the global ones, as set by the application)."""
+        name, ver = "bolide", _version()
+        self.tracer: Tracer = (
+            tracer_provider.get_tracer(name, ver)
+            if tracer_provider is not None
+            else trace.get_tracer(name, ver)
+        )
+        meter: Meter = (
+            meter_provider.get_meter(name, ver)
+            if meter_provider is not None
+            else metrics.get_meter(name, ver)
+        )
+        self.sent = meter.create_counter(
+            "messaging.client.sent.messages",
+            unit="{message}",
+            description="Number of messages producer attempted to send to the broker.",
+        )
+        self.send_duration = meter.create_histogram(
+            "messaging.client.operation.duration",
+            unit="s",
+            description="Duration of messaging operation initiated by a producer or consumer "
+            "client (send: until the broker acknowledged).",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+        self.consumed = meter.create_counter(
+            "messaging.client.consumed.messages",
+            unit="{message}",
+            description="Number of messages that were delivered to the application.",
+        )
+        self.process_duration = meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of processing operation (a receiver's handler).",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+        self.confirmed_messages = meter.create_counter(
+            "bolide.consumer.confirmed.messages",
+            unit="{message}",
+            description="Records confirmed (committed) by a subscriber group member.",
+        )
+        self.archived = meter.create_counter(
+            "bolide.archive.rows",
+            unit="{row}",
+            description="Records written to the history store by the archiver.",
+        )
+        meter.create_observable_gauge(
+            "bolide.consumer.lag",
+            [self._observe_lag("subscriber")],
+            unit="{message}",
+            description="Records between a subscriber's position and the end of the partition.",
+        )
+        meter.create_observable_gauge(
+            "bolide.archive.lag",
+            [self._observe_lag("archiver")],
+            unit="{message}",
+            description="Records between the archiver's position and the end of the partition.",
+        )
+        meter.create_observable_gauge(
+            "bolide.resequencer.held",
+            [self._observe_held],
+            unit="{message}",
+            description="Records a resequencer holds back, waiting for their sequence.",
+        )
+        meter.create_observable_gauge(
+            "bolide.durable.backlog",
+            [self._observe_backlog],
+            unit="{message}",
+            description="Records waiting for a durable client (replayed when it reconnects).",
+        )
+        self._propagator = propagate.get_global_textmap()
+
+    # -- what the gauges watch -----------------------------------------------------------------
+
+    def watch(self, client: HealthSource) -> None:
+        """Report ``client.health()`` lags (a subscriber or an archiver) while it lives."""
+        self._health.add(client)
+
+    def watch_resequencer(self, resequencer: Any) -> None:
+        """Report how many records ``resequencer`` holds while it lives."""
+        self._resequencers.add(resequencer)
+
+    def watch_durable(self, cluster: Any, clients: Callable[[], Iterable[Any]]) -> None:
+        """Report the backlog of every durable client ``clients()`` lists (a registry's
+        ``list``), per stream and partition."""
+        with self._lock:
+            self._durable.append((cluster, clients))
+
+    def unwatch_durable(self) -> None:
+        """Stop reporting durable backlogs."""
+        with self._lock:
+            self._durable.clear()
+
+    def _observe_lag(self, kind: str) -> Callable[[CallbackOptions], Iterator[Observation]]:
+        def observe(options: CallbackOptions) -> Iterator[Observation]:
+            for client in list(self._health):
+                try:
+                    health = client.health()
+                except Exception:  # closed or unreachable: nothing to report this time
+                    continue
+                if health.kind != kind or health.closed:
+                    continue
+                for p in health.partitions:
+                    if p.lag is None:
+                        continue
+                    attrs = {SYSTEM: "kafka", DESTINATION: p.stream, PARTITION: str(p.partition)}
+                    if health.group is not None:
+                        attrs[GROUP] = health.group
+                    yield Observation(p.lag, attrs)
+
+        return observe
+
+    def _observe_held(self, options: CallbackOptions) -> Iterator[Observation]:
+        for resequencer in list(self._resequencers):
+            yield Observation(
+                resequencer.metrics().buffered, {"bolide.resequencer.mode": resequencer.mode}
+            )
+
+    def _observe_backlog(self, options: CallbackOptions) -> Iterator[Observation]:
+        from bolide.facade.durable import client_backlog  # durable imports the publisher
+
+        with self._lock:
+            sources = list(self._durable)
+        for cluster, clients in sources:
+            for client in clients():
+                for stream, parts in client_backlog(cluster, client).items():
+                    for partition, backlog in parts.items():
+                        attrs = {
+                            SYSTEM: "kafka",
+                            DESTINATION: stream,
+                            PARTITION: str(partition),
+                            GROUP: client.group_id,
+                            DURABLE_ID: client.durable_id,
+                        }
+                        yield Observation(backlog, attrs)
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def send(
+        self, topic: str, record: Record, headers: Headers | None, report: Report
+    ) -> tuple[Headers | None, Report]:
+        """Start the ``send`` span of ``record``, put its context in the record's headers,
+        and wrap ``report`` to count the outcome and end the span on the acknowledgement.
+
+        ``record.headers`` gets the same trace headers as the message, so a published record
+        equals the one read back.
+        """
+        attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send", OPERATION_TYPE: "send"}
+        span = self.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attrs)
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=trace.set_span_in_context(span))
+        if carrier:
+            names = set(carrier)
+            added = [(k, v.encode("latin-1")) for k, v in carrier.items()]
+            record.headers = [h for h in record.headers if h[0] not in names] + added
+            headers = [h for h in headers or () if h[0] not in names] + added
+        started = time.perf_counter()
+
+        def reported(err: Any, msg: Any) -> None:
+            try:
+                self._sent(topic, span, started, err, msg)
+            finally:
+                report(err, msg)
+
+        return headers, reported
+
+    def _sent(self, topic: str, span: Any, started: float, err: Any, msg: Any) -> None:
+        attrs: dict[str, str] = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send"}
+        if msg is not None and err is None:
+            partition = str(msg.partition())
+            attrs[PARTITION] = partition
+            span.set_attribute(PARTITION, partition)
+            span.set_attribute(OFFSET, msg.offset())
+        else:
+            error = type(err).__name__ if not hasattr(err, "name") else err.name()
+            attrs[ERROR_TYPE] = error
+            span.set_attribute(ERROR_TYPE, error)
+            span.set_status(Status(StatusCode.ERROR, str(err)))
+        self.sent.add(1, attrs)
+        self.send_duration.record(time.perf_counter() - started, attrs)
+        span.end()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def delivered(self, reader: Reader, batch: Sequence[Record]) -> None:
+        """Count a poll's records and give each traced record its ``poll`` span, a child of
+        (and linked to) its producer's context."""
+        topic, group = reader.topic, _group(reader)
+        counts: dict[int, int] = {}
+        first = self._first.setdefault(reader, {})
+        for record in batch:
+            partition = record.partition or 0
+            counts[partition] = counts.get(partition, 0) + 1
+            if partition not in first and record.offset is not None:
+                first[partition] = record.offset
+            if record.headers:
+                span = self._span(f"poll {topic}", "poll", "receive", topic, group, record, True)
+                if span is not None:
+                    span.end()
+        for partition, n in counts.items():
+            attrs = {
+                SYSTEM: "kafka",
+                DESTINATION: topic,
+                PARTITION: str(partition),
+                OPERATION: "poll",
+            }
+            if group is not None:
+                attrs[GROUP] = group
+            self.consumed.add(n, attrs)
+
+    def confirmed(self, reader: Reader, positions: Mapping[int, int]) -> None:
+        """Count the records a confirm covers that this member had not confirmed yet."""
+        topic, group = reader.topic, reader.group_id
+        first = self._first.get(reader, {})
+        done = self._confirmed.setdefault(reader, {})
+        for partition, position in positions.items():
+            since = done.get(partition, first.get(partition, position))
+            if position > since:
+                attrs = {
+                    SYSTEM: "kafka",
+                    DESTINATION: topic,
+                    PARTITION: str(partition),
+                    GROUP: group,
+                }
+                self.confirmed_messages.add(position - since, attrs)
+                done[partition] = position
+
+    def handler(
+        self, reader: Reader, handler: Callable[[Record], None]
+    ) -> Callable[[Record], None]:
+        """``handler`` inside a ``process`` span (current while it runs, so what it publishes
+        continues the trace), timed into ``messaging.process.duration``."""
+        topic, group = reader.topic, _group(reader)
+
+        def process(record: Record) -> None:
+            span = self._span(f"process {topic}", "process", "process", topic, group, record)
+            attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "process"}
+            if group is not None:
+                attrs[GROUP] = group
+            attrs[PARTITION] = str(record.partition or 0)
+            started = time.perf_counter()
+            try:
+                with trace.use_span(span, end_on_exit=True, record_exception=True):
+                    handler(record)
+            except BaseException as exc:
+                attrs[ERROR_TYPE] = type(exc).__qualname__
+                raise
+            finally:
+                self.process_duration.record(time.perf_counter() - started, attrs)
+
+        return process
+
+    # -- archiving ---------------------------------------------------------------------------
+
+    def archive(self, group: str, records: Mapping[str, Sequence[Record]]) -> None:
+        """Count archived records and give each traced one its ``archive`` span, a child of
+        (and linked to) its producer's context."""
+        for stream, recs in records.items():
+            counts: dict[int, int] = {}
+            for record in recs:
+                partition = record.partition or 0
+                counts[partition] = counts.get(partition, 0) + 1
+                if record.headers:
+                    span = self._span(
+                        f"archive {stream}", "archive", "process", stream, group, record, True
+                    )
+                    if span is not None:
+                        span.end()
+            for partition, n in counts.items():
+                attrs = {
+                    SYSTEM: "kafka",
+                    DESTINATION: stream,
+                    PARTITION: str(partition),
+                    GROUP: group,
+                }
+                self.archived.add(n, attrs)
+
+    # -- spans -------------------------------------------------------------------------------
+
+    def _span(
+        self,
+        name: str,
+        operation: str,
+        operation_type: str,
+        topic: str,
+        group: str | None,
+        record: Record,
+        traced_only: bool = False,
+    ) -> Any:
+        """A consumer-side span for ``record``: a child of its producer's context (when the
+        record carries one), with a link to it; ``None`` for an untraced record when
+        ``traced_only``."""
+        parent: Context | None = None
+        links: list[Link] = []
+        if record.headers:
+            parent = self._propagator.extract(record.headers, getter=_GETTER)
+            producer = trace.get_current_span(parent).get_span_context()
+            if producer.is_valid:
+                links.append(Link(producer))
+            else:
+                parent = None
+        if traced_only and not links:
+            return None
+        attrs: dict[str, Any] = {
+            SYSTEM: "kafka",
+            DESTINATION: topic,
+            OPERATION: operation,
+            OPERATION_TYPE: operation_type,
+            PARTITION: str(record.partition or 0),
+        }
+        if record.offset is not None:
+            attrs[OFFSET] = record.offset
+        if group is not None:
+            attrs[GROUP] = group
+        return self.tracer.start_span(
+            name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
+        )

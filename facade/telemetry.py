@@ -1,0 +1,92 @@
+"""OpenTelemetry metrics and W3C trace context for bolide (``pip install 'bolide[otel]'``).
+
+Whether ``opentelemetry-api`` is installed is decided once, at import: without it
+``TELEMETRY`` is ``None`` and every hook in the publisher, subscriber, receiver, resequencer
+and archiver costs one ``is not None`` test. With it, bolide reports to the global tracer and
+meter providers (no-ops until the application installs the SDK and sets them), or to the
+providers given to ``configure``.
+
+Traces: a publish starts a ``send <stream>`` span (PRODUCER) and puts its context in the
+record's headers (``traceparent``, ``tracestate``: the global propagator's fields, W3C trace
+context by default), also in ``Record.headers`` so a published record equals the one read
+back. A poll gives each record that carries a context a ``poll <stream>`` span (CONSUMER), a
+receiver's handler runs in a ``process <stream>`` span (current while it runs, so records it
+publishes continue the trace), and the archiver gives each such record an ``archive <stream>``
+span: each a child of the producer's span, with a link to it.
+
+Metrics (attributes ``messaging.system="kafka"``, ``messaging.destination.name``,
+``messaging.destination.partition.id``, ``messaging.consumer.group.name``,
+``messaging.operation.name``, ``error.type`` on failures):
+
+=========================================  =========  ========================================
+name                                       kind       what
+=========================================  =========  ========================================
+``messaging.client.sent.messages``         counter    records published (acknowledged or not)
+``messaging.client.operation.duration``    histogram  publish until the acknowledgement (s)
+``messaging.client.consumed.messages``     counter    records a poll delivered
+``messaging.process.duration``             histogram  a receiver's handler call (s)
+``bolide.consumer.confirmed.messages``     counter    records a member confirmed
+``bolide.consumer.lag``                    gauge      subscriber position to partition end
+``bolide.archive.rows``                    counter    records the archiver wrote
+``bolide.archive.lag``                     gauge      archiver position to partition end
+``bolide.resequencer.held``                gauge      records a resequencer holds back
+``bolide.durable.backlog``                 gauge      records waiting for a durable client
+=========================================  =========================================
+
+The lag gauges ask each live subscriber and archiver for its ``health()`` at every
+collection (one log-end read per stream); the backlog gauge reports the clients of the
+registries passed to ``watch_durable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bolide.facade.config import Cluster
+    from bolide.facade.ports import DurableClient
+
+try:
+    from bolide.facade._internal.otel import Instrumentation
+except ImportError:  # the otel extra is not installed: every hook is skipped
+    TELEMETRY: Instrumentation | None = None
+else:
+    TELEMETRY = Instrumentation()
+
+__all__ = ["TELEMETRY", "configure", "enabled", "watch_durable"]
+
+_MISSING = "OpenTelemetry is not installed: pip install 'bolide[otel]'"
+
+
+def enabled() -> bool:
+    """True when ``opentelemetry-api`` is installed (bolide reports to it)."""
+    return TELEMETRY is not None
+
+
+def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    """Report to these providers instead of the global ones (``None``: back to the global).
+
+    An application that sets the global providers (``trace.set_tracer_provider``) needs no
+    call; this is for one that keeps its providers to itself, or tests with in-memory ones.
+
+    Raises:
+        ModuleNotFoundError: The otel extra is not installed (names the install command).
+    """
+    if TELEMETRY is None:
+        raise ModuleNotFoundError(_MISSING, name="opentelemetry")
+    TELEMETRY.configure(tracer_provider, meter_provider)
+
+
+def watch_durable(cluster: Cluster, clients: Callable[[], Iterable[DurableClient]]) -> None:
+    """Report ``bolide.durable.backlog`` for every client ``clients()`` lists, e.g.
+    ``watch_durable(cluster, DurableRegistry(url).list)``.
+
+    Raises:
+        ModuleNotFoundError: The otel extra is not installed.
+    """
+    if TELEMETRY is None:
+        raise ModuleNotFoundError(_MISSING, name="opentelemetry")
+    if not callable(clients):
+        raise TypeError("clients must be callable (a registry's list method)")
+    TELEMETRY.watch_durable(cluster, clients)
