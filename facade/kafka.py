@@ -27,6 +27,7 @@ __all__ = [
     "PRODUCER_DEFAULTS",
     "FetchGaps",
     "admin_client",
+    "admin_config",
     "ensure_topic",
     "log_ends",
     "log_starts",
@@ -72,9 +73,14 @@ def new_client(factory: Callable[[dict[str, Any]], T], config: dict[str, Any], s
         raise ValueError(f"{source}: {exc.args[0].str()}") from exc
 
 
+def admin_config(cluster: Cluster) -> dict[str, Any]:
+    """The settings of the cluster's admin clients."""
+    return cluster.client_config({"logger": _KAFKA_LOG})
+
+
 def admin_client(cluster: Cluster) -> AdminClient:
     """An AdminClient with the cluster's settings."""
-    return AdminClient(cluster.client_config({"logger": _KAFKA_LOG}))
+    return AdminClient(admin_config(cluster))
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:

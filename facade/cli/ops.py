@@ -11,6 +11,8 @@ import sys
 from contextlib import ExitStack
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
 from bolide.facade.cli.common import (
     add_cluster_arguments,
     add_db_argument,
@@ -18,6 +20,7 @@ from bolide.facade.cli.common import (
     table,
 )
 from bolide.facade.config import Cluster
+from bolide.facade.kafka import admin_config, new_client
 from bolide.facade.ops import (
     LagReport,
     describe_groups,
@@ -27,7 +30,7 @@ from bolide.facade.ops import (
 )
 from bolide.facade.ports import DurableClient, HistoryStore
 
-__all__ = ["add_scope_arguments", "register", "report_from_args"]
+__all__ = ["add_scope_arguments", "checked_cluster", "register", "report_from_args"]
 
 _NONE = "-"
 
@@ -49,6 +52,17 @@ def add_scope_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_cluster_arguments(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def checked_cluster(args: argparse.Namespace) -> Cluster:
+    """``cluster_from_args``, with the ``-X`` settings checked by librdkafka at once: a
+    refused one is a usage error (exit 2), not a failure at the first admin call."""
+    cluster = cluster_from_args(args)
+    try:
+        new_client(AdminClient, admin_config(cluster), "-X")
+    except ValueError as error:
+        args.parser.error(str(error))
+    return cluster
 
 
 def register(subparsers: Any) -> None:
@@ -146,7 +160,7 @@ def _database(args: argparse.Namespace, stack: ExitStack) -> tuple[Any, Any]:
 def _lag(args: argparse.Namespace) -> int:
     if args.fail_over is not None and args.fail_over < 0:
         args.parser.error("--fail-over must be at least 0")
-    cluster = cluster_from_args(args)
+    cluster = checked_cluster(args)
     with ExitStack() as stack:
         report = report_from_args(args, cluster, stack)
     if args.json:
@@ -214,7 +228,7 @@ def render_lag(report: LagReport) -> str:
 
 
 def _groups(args: argparse.Namespace) -> int:
-    cluster = cluster_from_args(args)
+    cluster = checked_cluster(args)
     names = args.names or list_groups(cluster)
     described = describe_groups(cluster, names)
     if not args.names:
@@ -272,7 +286,7 @@ def _groups(args: argparse.Namespace) -> int:
 
 
 def _topics(args: argparse.Namespace) -> int:
-    cluster = cluster_from_args(args)
+    cluster = checked_cluster(args)
     topics = list_topics(cluster, args.names or None, settings=bool(args.names))
     missing = sorted(set(args.names) - {t.name for t in topics})
     if args.json:

@@ -18,8 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from bolide.facade.cli.common import cluster_from_args
-from bolide.facade.cli.ops import add_scope_arguments, report_from_args
+from bolide.facade.cli.ops import add_scope_arguments, checked_cluster, report_from_args
 from bolide.facade.ops import LagReport, Rates, rates
 
 __all__ = ["register", "render"]
@@ -53,7 +52,7 @@ def _top(args: argparse.Namespace) -> int:
         args.parser.error("--interval must be above 0")
     if args.iterations is not None and args.iterations < 1:
         args.parser.error("--iterations must be at least 1")
-    cluster = cluster_from_args(args)
+    cluster = checked_cluster(args)
     console = Console(highlight=False)
     title = f"bolide top - {cluster.bootstrap_servers}"
     with ExitStack() as stack:
