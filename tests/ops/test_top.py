@@ -1,0 +1,106 @@
+"""``bolide top`` in a pseudo-terminal: the screen a person sees, after a few refreshes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable
+
+import pyte
+import pytest
+
+from bolide.facade import Cluster, StreamConfig
+from tests.ops.conftest import bolide, lagging_group, publish
+
+pytestmark = pytest.mark.kafka
+
+COLUMNS, LINES = 140, 40
+
+
+def run_in_terminal(args: list[str], cluster: Cluster, timeout_s: float = 120) -> tuple[int, str]:
+    """Run ``bolide ARGS`` on a pseudo-terminal; return its exit code and final screen."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BOLIDE_", "NO_COLOR"))}
+    env.update(BOLIDE_BOOTSTRAP=cluster.bootstrap_servers, TERM="xterm-256color")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bolide.facade.cli", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
+    os.close(slave)
+    screen = pyte.Screen(COLUMNS, LINES)
+    stream = pyte.ByteStream(screen)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            stream.feed(chunk)
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return code, "\n".join(line.rstrip() for line in screen.display)
+
+
+def test_top_renders_streams_lag_bars_and_refreshes(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory(name_prefix="top")  # short: the table fits the terminal
+    publish(cluster, stream, 10)
+    group = lagging_group(cluster, stream, read=4, confirm=4)
+    args = ["top", "--group", group, "--stream", stream.name, "--iterations", "3"]
+    code, screen = run_in_terminal([*args, "--interval", "0.5"], cluster)
+    assert code == 0, screen
+    assert "update 3" in screen  # refreshed in place: the last update is on screen
+    assert "update 1" not in screen and "update 2" not in screen
+    lines = screen.splitlines()
+    assert any(line.startswith("streams") for line in lines), screen
+    stream_row = next(line for line in lines if stream.name in line and group not in line)
+    assert [c.strip() for c in stream_row.split("│")[1:-1]] == [stream.name, "1", "10", "0.0"]
+    lag_row = next(line for line in lines if group in line)
+    cells = [c.strip() for c in lag_row.split("│")[1:-1]]
+    assert cells[:6] == [group, stream.name, "0", "4", "10", "6"], lag_row
+    assert set(cells[6]) == {"█"}  # the largest lag fills its bar
+    assert "lag per group and partition" in screen
+
+
+def test_top_json_updates_with_rates(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    publish(cluster, stream, 10)
+    group = lagging_group(cluster, stream, read=4, confirm=4)
+    scope = ["--group", group, "--stream", stream.name]
+    run = bolide("top", *scope, "--json", "--iterations", "2", "--interval", "0.2", cluster=cluster)
+    assert run.returncode == 0, run.stderr
+    first, second = (json.loads(line) for line in run.stdout.splitlines())
+    assert (first["update"], second["update"]) == (1, 2)
+    assert "rates" not in first
+    assert second["rates"]["published"] == {stream.name: 0.0}
+    assert second["rates"]["consumed"] == [{"group": group, "stream": stream.name, "per_s": 0.0}]
+    assert [r["lag"] for r in second["partitions"]] == [6]
+    bad = bolide("top", "--interval", "0", cluster=cluster)
+    assert bad.returncode == 2 and "--interval" in bad.stderr
