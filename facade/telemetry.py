@@ -18,20 +18,16 @@ Metrics (attributes ``messaging.system="kafka"``, ``messaging.destination.name``
 ``messaging.destination.partition.id``, ``messaging.consumer.group.name``,
 ``messaging.operation.name``, ``error.type`` on failures):
 
-=========================================  =========  ========================================
-name                                       kind       what
-=========================================  =========  ========================================
-``messaging.client.sent.messages``         counter    records published (acknowledged or not)
-``messaging.client.operation.duration``    histogram  publish until the acknowledgement (s)
-``messaging.client.consumed.messages``     counter    records a poll delivered
-``messaging.process.duration``             histogram  a receiver's handler call (s)
-``bolide.consumer.confirmed.messages``     counter    records a member confirmed
-``bolide.consumer.lag``                    gauge      subscriber position to partition end
-``bolide.archive.rows``                    counter    records the archiver wrote
-``bolide.archive.lag``                     gauge      archiver position to partition end
-``bolide.resequencer.held``                gauge      records a resequencer holds back
-``bolide.durable.backlog``                 gauge      records waiting for a durable client
-=========================================  =========================================
+- ``messaging.client.sent.messages`` (counter): records published, acknowledged or not.
+- ``messaging.client.operation.duration`` (histogram, s): a publish until its acknowledgement.
+- ``messaging.client.consumed.messages`` (counter): records a poll delivered.
+- ``messaging.process.duration`` (histogram, s): a receiver's handler call.
+- ``bolide.consumer.confirmed.messages`` (counter): records a group member confirmed.
+- ``bolide.consumer.lag`` (gauge): a subscriber's position to the partition's end.
+- ``bolide.archive.rows`` (counter): records the archiver wrote.
+- ``bolide.archive.lag`` (gauge): the archiver's position to the partition's end.
+- ``bolide.resequencer.held`` (gauge): records a resequencer holds back.
+- ``bolide.durable.backlog`` (gauge): records waiting for a durable client.
 
 The lag gauges ask each live subscriber and archiver for its ``health()`` at every
 collection (one log-end read per stream); the backlog gauge reports the clients of the

@@ -87,9 +87,12 @@ def _json(report: LagReport, speed: Rates | None, update: int) -> dict[str, Any]
         out["rates"] = {
             "published": speed.published,
             "consumed": [
-                {"group": g, "stream": s, "per_s": r} for (g, s), r in speed.consumed.items()
+                {"group": g, "stream": s, "partition": p, "per_s": r}
+                for (g, s, p), r in speed.consumed.items()
             ],
-            "archived": speed.archived,
+            "archived": [
+                {"stream": s, "partition": p, "per_s": r} for (s, p), r in speed.archived.items()
+            ],
         }
     return out
 
@@ -123,12 +126,13 @@ def render(report: LagReport, speed: Rates | None, *, title: str = "bolide top")
 
     top = max([r.lag for r in report.partitions] + [a.lag for a in report.archive], default=0)
     lags = Table(title="lag per group and partition", title_justify="left")
-    for name in ("GROUP", "STREAM", "P", "COMMITTED", "LOG-END", "LAG", "", "CONSUMED/S", "OWNER"):
-        lags.add_column(
-            name, justify="right" if name in {"P", "COMMITTED", "LOG-END", "LAG"} else "left"
-        )
+    for name in ("GROUP", "STREAM", "P", "COMMITTED", "LOG-END", "LAG"):
+        lags.add_column(name, justify="left" if name in {"GROUP", "STREAM"} else "right")
+    lags.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
+    lags.add_column("CONSUMED/S", justify="right")
+    lags.add_column("OWNER")
     for r in report.partitions:
-        rate = speed.consumed.get((r.group, r.stream), 0.0) if speed is not None else None
+        rate = speed.consumed.get((r.group, r.stream, r.partition)) if speed is not None else None
         lags.add_row(
             r.group,
             r.stream,
@@ -144,10 +148,12 @@ def render(report: LagReport, speed: Rates | None, *, title: str = "bolide top")
 
     if report.archive:
         archive = Table(title="archive", title_justify="left")
-        for name in ("STREAM", "P", "POSITION", "LOG-END", "LAG", "", "ARCHIVED/S"):
-            archive.add_column(name, justify="left" if name in {"STREAM", ""} else "right")
+        for name in ("STREAM", "P", "POSITION", "LOG-END", "LAG"):
+            archive.add_column(name, justify="left" if name == "STREAM" else "right")
+        archive.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
+        archive.add_column("ARCHIVED/S", justify="right")
         for a in report.archive:
-            rate = speed.archived.get(a.stream, 0.0) if speed is not None else None
+            rate = speed.archived.get((a.stream, a.partition)) if speed is not None else None
             archive.add_row(
                 a.stream,
                 str(a.partition),

@@ -338,13 +338,13 @@ class Rates:
 
     Attributes:
         published: Per stream: growth of the log ends.
-        consumed: Per ``(group, stream)``: growth of the committed offsets.
-        archived: Per stream: growth of the archive's positions.
+        consumed: Per ``(group, stream, partition)``: growth of the committed offsets.
+        archived: Per ``(stream, partition)``: growth of the archive's positions.
     """
 
     published: dict[str, float]
-    consumed: dict[tuple[str, str], float]
-    archived: dict[str, float]
+    consumed: dict[tuple[str, str, int], float]
+    archived: dict[tuple[str, int], float]
 
 
 def rates(before: LagReport, after: LagReport) -> Rates:
@@ -356,17 +356,16 @@ def rates(before: LagReport, after: LagReport) -> Rates:
             grown = max(0, end - before.ends[(stream, p)])
             published[stream] = published.get(stream, 0.0) + grown / span
     was = {(r.group, r.stream, r.partition): r.committed for r in before.partitions}
-    consumed: dict[tuple[str, str], float] = {}
+    consumed: dict[tuple[str, str, int], float] = {}
     for r in after.partitions:
         key = (r.group, r.stream, r.partition)
-        old = was.get(key)
         if key in was and r.committed is not None:
-            grown = max(0, r.committed - (old if old is not None else r.committed))
-            consumed[(r.group, r.stream)] = consumed.get((r.group, r.stream), 0.0) + grown / span
+            old = was[key]
+            consumed[key] = max(0, r.committed - (old if old is not None else r.committed)) / span
     positions = {(a.stream, a.partition): a.position for a in before.archive}
-    archived: dict[str, float] = {}
+    archived: dict[tuple[str, int], float] = {}
     for a in after.archive:
-        if (a.stream, a.partition) in positions:
-            grown = max(0, a.position - positions[(a.stream, a.partition)])
-            archived[a.stream] = archived.get(a.stream, 0.0) + grown / span
+        where = (a.stream, a.partition)
+        if where in positions:
+            archived[where] = max(0, a.position - positions[where]) / span
     return Rates(published=published, consumed=consumed, archived=archived)

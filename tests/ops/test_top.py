@@ -100,7 +100,9 @@ def test_top_json_updates_with_rates(
     assert (first["update"], second["update"]) == (1, 2)
     assert "rates" not in first
     assert second["rates"]["published"] == {stream.name: 0.0}
-    assert second["rates"]["consumed"] == [{"group": group, "stream": stream.name, "per_s": 0.0}]
+    assert second["rates"]["consumed"] == [
+        {"group": group, "stream": stream.name, "partition": 0, "per_s": 0.0}
+    ]
     assert [r["lag"] for r in second["partitions"]] == [6]
     bad = bolide("top", "--interval", "0", cluster=cluster)
     assert bad.returncode == 2 and "--interval" in bad.stderr
