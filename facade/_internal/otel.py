@@ -17,9 +17,25 @@ from typing import Any, Protocol
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.metrics import (
+    CallbackOptions,
+    Meter,
+    MeterProvider,
+    NoOpMeterProvider,
+    Observation,
+)
+from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.propagators.textmap import Getter
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace import (
+    Link,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 
 from bolide.facade.record import Headers, Record
 
@@ -75,6 +91,10 @@ def _group(reader: Reader) -> str | None:
     return reader.group_id if reader.grouped else None
 
 
+#: Providers that record nothing: the API's placeholders until the application sets its own.
+_PLACEHOLDERS = (ProxyTracerProvider, NoOpTracerProvider, _ProxyMeterProvider, NoOpMeterProvider)
+
+
 def _version() -> str:
     try:
         return version("bolide")
@@ -109,6 +129,8 @@ class Instrumentation:
     ) -> None:
         """Report to these providers (``None``: the global ones, as set by the application)."""
         name, ver = "bolide", _version()
+        self._providers = (tracer_provider, meter_provider)
+        self._live = False
         self.tracer: Tracer = (
             tracer_provider.get_tracer(name, ver)
             if tracer_provider is not None
@@ -177,6 +199,22 @@ class Instrumentation:
             description="Records waiting for a durable client (replayed when it reconnects).",
         )
         self._propagator = propagate.get_global_textmap()
+
+    def live(self) -> bool:
+        """True once a provider that records is in place (given, or set globally).
+
+        Until then every hook returns at once: the API installed without an SDK costs a
+        provider lookup per call, not a span and a counter per record.
+        """
+        if self._live:
+            return True
+        tracing, metering = self._providers
+        tracing = tracing if tracing is not None else trace.get_tracer_provider()
+        metering = metering if metering is not None else metrics.get_meter_provider()
+        self._live = not (
+            isinstance(tracing, _PLACEHOLDERS) and isinstance(metering, _PLACEHOLDERS)
+        )
+        return self._live
 
     # -- what the gauges watch -----------------------------------------------------------------
 
@@ -253,6 +291,8 @@ class Instrumentation:
         ``record.headers`` gets the same trace headers as the message, so a published record
         equals the one read back.
         """
+        if not self.live():
+            return headers, report
         attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send", OPERATION_TYPE: "send"}
         span = self.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attrs)
         carrier: dict[str, str] = {}
@@ -293,6 +333,8 @@ class Instrumentation:
     def delivered(self, reader: Reader, batch: Sequence[Record]) -> None:
         """Count a poll's records and give each traced record its ``poll`` span, a child of
         (and linked to) its producer's context."""
+        if not self.live():
+            return
         topic, group = reader.topic, _group(reader)
         counts: dict[int, int] = {}
         first = self._first.setdefault(reader, {})
@@ -318,6 +360,8 @@ class Instrumentation:
 
     def confirmed(self, reader: Reader, positions: Mapping[int, int]) -> None:
         """Count the records a confirm covers that this member had not confirmed yet."""
+        if not self.live():
+            return
         topic, group = reader.topic, reader.group_id
         first = self._first.get(reader, {})
         done = self._confirmed.setdefault(reader, {})
@@ -341,6 +385,9 @@ class Instrumentation:
         topic, group = reader.topic, _group(reader)
 
         def process(record: Record) -> None:
+            if not self.live():
+                handler(record)
+                return
             span = self._span(f"process {topic}", "process", "process", topic, group, record)
             attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "process"}
             if group is not None:
@@ -363,6 +410,8 @@ class Instrumentation:
     def archive(self, group: str, records: Mapping[str, Sequence[Record]]) -> None:
         """Count archived records and give each traced one its ``archive`` span, a child of
         (and linked to) its producer's context."""
+        if not self.live():
+            return
         for stream, recs in records.items():
             counts: dict[int, int] = {}
             for record in recs:

@@ -4,6 +4,7 @@ exporter."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -367,3 +368,19 @@ def test_without_opentelemetry_every_hook_is_skipped(
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "OpenTelemetry is not installed: pip install 'bolide[otel]'"
+
+
+@pytest.mark.slow
+def test_the_telemetry_benchmark_runs(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    from benchmarks import bench_telemetry
+
+    argv = ["--bootstrap", cluster.bootstrap_servers, "--json", "--records", "50", "--repeat", "1"]
+    assert bench_telemetry.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["benchmark"] == "telemetry"
+    assert {(r["metric"], r["mode"]) for r in doc["rows"]} == {
+        (m, mode) for m in ("publish_per_s", "poll_per_s") for mode in bench_telemetry.MODES
+    }
+    assert all(r["per_s"] > 0 and r["ratio"] > 0 for r in doc["rows"])

@@ -1,0 +1,149 @@
+"""What OpenTelemetry costs on the publish and poll paths, side by side in one run.
+
+Four modes, each in a fresh interpreter, interleaved per repeat on one broker: ``off`` (the
+``otel`` extra hidden from the import system: ``TELEMETRY is None``), ``api`` (installed, no
+SDK: the global no-op providers), ``sdk`` (the SDK's tracer and meter providers set, every
+trace sampled, spans batched to an exporter that drops them) and ``sdk-1%`` (the same with
+``ParentBased(TraceIdRatioBased(0.01))``: one trace in a hundred recorded). Each child
+publishes ``--records`` records of 100 B with ``publish_async`` and reads them back with an
+ungrouped subscriber; the median of the repeats is reported with its ratio to ``off``.
+
+    python -m benchmarks.bench_telemetry [--records 20000] [--repeat 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+
+__all__ = ["MODES", "main"]
+
+MODES = ("off", "api", "sdk", "sdk-1%")
+
+_HIDE_OTEL = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class _NoOtel(MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoOtel())
+"""
+
+
+def _child(mode: str, bootstrap: str, records: int) -> dict[str, float]:
+    """Publish and read back ``records`` records in this interpreter; return the timings."""
+    if mode.startswith("sdk"):
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        class Drop(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        ratio = 0.01 if mode == "sdk-1%" else 1.0
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+        provider.add_span_processor(BatchSpanProcessor(Drop()))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    from bolide.facade import (
+        Cluster,
+        Publisher,
+        PublisherConfig,
+        Record,
+        StreamConfig,
+        Subscriber,
+        SubscriberConfig,
+        telemetry,
+    )
+
+    assert telemetry.enabled() == (mode != "off")
+    cluster = Cluster(bootstrap, fetch_gap_settle_ms=500)
+    stream = StreamConfig(name=f"bench-otel-{mode.rstrip('%')}-{uuid.uuid4().hex[:8]}")
+    payload = b"x" * 100
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(payload))  # the topic and the connection are ready
+        started = time.perf_counter()
+        futures = [pub.publish_async(Record(payload)) for _ in range(records)]
+        pub.flush(120)
+        for f in futures:
+            f.result(120)
+        publish_s = time.perf_counter() - started
+    with Subscriber(cluster, SubscriberConfig(stream=stream)) as sub:
+        sub.seek(1)
+        read = 0
+        started = time.perf_counter()
+        while read < records:
+            read += len(sub.poll(1000))
+        poll_s = time.perf_counter() - started
+    return {"publish_per_s": records / publish_s, "poll_per_s": records / poll_s}
+
+
+def _run(mode: str, bootstrap: str, records: int) -> dict[str, float]:
+    code = (_HIDE_OTEL if mode == "off" else "") + (
+        "import json, benchmarks.bench_telemetry as b\n"
+        f"print(json.dumps(b._child({mode!r}, {bootstrap!r}, {records})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=False
+    )
+    if done.returncode:
+        raise RuntimeError(f"the {mode} run failed: {done.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; print a table (or JSON)."""
+    parser = argparse.ArgumentParser(prog="bench_telemetry", description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+    parser.add_argument("--records", type=positive_int, default=20_000, help="records per run")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="runs per mode")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    with broker_cluster(args.bootstrap) as (cluster, where):
+        runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+        for _ in range(args.repeat):
+            for mode in MODES:  # interleaved: load from other jobs hits every mode alike
+                runs[mode].append(_run(mode, cluster.bootstrap_servers, args.records))
+    rows = []
+    for metric in ("publish_per_s", "poll_per_s"):
+        base = statistics.median(r[metric] for r in runs["off"])
+        for mode in MODES:
+            value = statistics.median(r[metric] for r in runs[mode])
+            rows.append({"metric": metric, "mode": mode, "per_s": value, "ratio": value / base})
+    if args.json:
+        doc = {"benchmark": "telemetry", "broker": where, "machine": machine_info()}
+        print(json.dumps(doc | {"records": args.records, "repeat": args.repeat, "rows": rows}))
+        return 0
+    print(f"{args.records} records of 100 B, median of {args.repeat} runs per mode, {where}\n")
+    table = [
+        (r["metric"].removesuffix("_per_s"), r["mode"], f"{r['per_s']:,.0f}", f"{r['ratio']:.2f}")
+        for r in rows
+    ]
+    print(markdown_table(("path", "mode", "records/s", "vs off"), table))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
