@@ -223,3 +223,24 @@ def test_help(command: list[str]) -> None:
     assert run.returncode == 0
     assert run.stdout.startswith(f"usage: bolide {command[0]}")
     assert "-X KEY=VALUE" in run.stdout and "--json" in run.stdout
+
+
+def test_owner_is_the_member_holding_the_partition(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], embedded_broker: bool
+) -> None:
+    if embedded_broker:
+        pytest.skip("the embedded broker's DescribeGroups reports no members (compatibility.md)")
+    stream = stream_factory()
+    publish(cluster, stream, 3)
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    config = SubscriberConfig(stream=stream, group=group, lease_timeout_ms=10_000)
+    with Subscriber(cluster, config) as sub:
+        sub.attach_receiver(lambda record: None)  # keeps polling: the lease stays held
+        eventually(lambda: sub.health(lag=False).lease_held, timeout_s=60)
+        run = bolide("lag", "--group", group, "--json", cluster=cluster)
+        assert run.returncode == 0, run.stderr
+        [row] = json.loads(run.stdout)["partitions"]
+        assert row["client_id"] == f"bolide-sub-{stream.name}" and row["member_id"]
+        groups = json.loads(bolide("groups", group, "--json", cluster=cluster).stdout)
+        [member] = groups[0]["members"]
+        assert member["assignment"] == [{"stream": stream.name, "partition": 0}]
