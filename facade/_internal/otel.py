@@ -472,14 +472,17 @@ class Instrumentation:
         traced_only: bool = False,
     ) -> Any:
         """A consumer-side span for ``record``: a child of its producer's context (when the
-        record carries one), with a link to it; ``None`` for an untraced record when
-        ``traced_only``."""
+        record carries one), with a link to it. With ``traced_only``: ``None`` for a record
+        without a context or whose trace is not sampled (what a parent-based sampler, the
+        default, would drop anyway, for the cost of a lookup instead of a span)."""
         parent: Context | None = None
         links: list[Link] = []
         if record.headers:
             parent = self._propagator.extract(record.headers, getter=_GETTER)
             producer = trace.get_current_span(parent).get_span_context()
             if producer.is_valid:
+                if traced_only and not producer.trace_flags.sampled:
+                    return None  # the producer's trace is not recorded: neither is this part
                 links.append(Link(producer))
             else:
                 parent = None

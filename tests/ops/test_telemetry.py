@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import SpanKind
 
 from bolide.facade import (
@@ -48,9 +49,9 @@ FAST_GROUP = {"session.timeout.ms": 4000, "heartbeat.interval.ms": 500}
 class Otel:
     """In-memory providers bolide reports to for one test."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampler: Any = None) -> None:
         self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
+        self.tracer_provider = TracerProvider(sampler=sampler)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
@@ -180,6 +181,28 @@ def test_a_trace_crosses_publisher_subscriber_and_archive(
     }, 3) in consumed  # fmt: skip
     assert otel.total("bolide.consumer.confirmed.messages", stream=stream.name, group=group) == 3
     assert otel.total("bolide.archive.rows", stream=stream.name, group=arch) == 3
+
+
+def test_an_unsampled_trace_still_propagates_and_counts(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    otel = Otel(sampler=ParentBased(ALWAYS_OFF))
+    telemetry.configure(otel.tracer_provider, otel.meter_provider)
+    try:
+        stream = stream_factory()
+        [record] = publish(cluster, stream, 1)
+        with Subscriber(cluster, SubscriberConfig(stream=stream)) as sub:
+            sub.seek(0)
+            [read] = _poll(sub, 1)
+    finally:
+        telemetry.configure()
+    # The context travels (the sampled flag off), so the whole trace agrees to drop it.
+    traceparent = record.header("traceparent")
+    assert traceparent is not None and int(traceparent[-2:], 16) & 1 == 0
+    assert read == record
+    assert otel.spans.get_finished_spans() == ()
+    assert otel.total("messaging.client.sent.messages", stream=stream.name) == 1
+    assert otel.total("messaging.client.consumed.messages", stream=stream.name) == 1
 
 
 def test_republishing_a_read_record_starts_a_new_send(
