@@ -111,6 +111,9 @@ def _group(reader: Reader) -> str | None:
     return reader.group_id if reader.grouped else None
 
 
+#: Seconds between looks at the global providers while none records.
+_RECHECK_S = 1.0
+
 #: Providers that record nothing: the API's placeholders until the application sets its own.
 _PLACEHOLDERS = (ProxyTracerProvider, NoOpTracerProvider, _ProxyMeterProvider, NoOpMeterProvider)
 
@@ -154,6 +157,7 @@ class Instrumentation:
         name, ver = "bolide", _version()
         self._providers = (tracer_provider, meter_provider)
         self._live = False
+        self._recheck = 0.0  # time.monotonic() of the next look at the global providers
         self.tracer: Tracer = (
             tracer_provider.get_tracer(name, ver)
             if tracer_provider is not None
@@ -231,10 +235,15 @@ class Instrumentation:
         """True once a provider that records is in place (given, or set globally).
 
         Until then every hook returns at once: the API installed without an SDK costs a
-        provider lookup per call, not a span and a counter per record.
+        clock read per call, not a span and a counter per record. Providers set globally are
+        noticed within a second.
         """
         if self._live:
             return True
+        now = time.monotonic()
+        if now < self._recheck:  # looking the providers up costs microseconds: once a second
+            return False
+        self._recheck = now + _RECHECK_S
         tracing, metering = self._providers
         tracing = tracing if tracing is not None else trace.get_tracer_provider()
         metering = metering if metering is not None else metrics.get_meter_provider()
