@@ -1,8 +1,10 @@
 """What OpenTelemetry costs on the publish and poll paths, side by side in one run.
 
-Four modes, each in a fresh interpreter, interleaved per repeat on one broker: ``off`` (the
-``otel`` extra hidden from the import system: ``TELEMETRY is None``), ``api`` (installed, no
-SDK: the global no-op providers), ``sdk`` (the SDK's tracer and meter providers set, every
+Five modes, each in a fresh interpreter, interleaved per repeat on one broker: ``off`` (the
+``otel`` extra hidden from the import system: ``TELEMETRY is None``), ``import`` (the API
+imported but bolide's hooks bypassed in this benchmark's process: what importing
+OpenTelemetry costs by itself), ``api`` (installed, no SDK: the global no-op providers),
+``sdk`` (the SDK's tracer and meter providers set, every
 trace sampled, spans batched to an exporter that drops them) and ``sdk-1%`` (the same with
 ``ParentBased(TraceIdRatioBased(0.01))``: one trace in a hundred recorded). Each child
 publishes ``--records`` records of 100 B with ``publish_async`` and reads them back with an
@@ -27,7 +29,7 @@ from benchmarks._common import broker_cluster, machine_info, markdown_table, pos
 
 __all__ = ["MODES", "main"]
 
-MODES = ("off", "api", "sdk", "sdk-1%")
+MODES = ("off", "import", "api", "sdk", "sdk-1%")
 
 _HIDE_OTEL = """
 import sys
@@ -78,6 +80,12 @@ def _child(mode: str, bootstrap: str, records: int) -> dict[str, float]:
     )
 
     assert telemetry.enabled() == (mode != "off")
+    if mode == "import":  # measure the import alone: the hooks see no instrumentation
+        import bolide.facade.publisher
+        import bolide.facade.subscriber
+
+        vars(bolide.facade.publisher)["TELEMETRY"] = None
+        vars(bolide.facade.subscriber)["TELEMETRY"] = None
     cluster = Cluster(bootstrap, fetch_gap_settle_ms=500)
     stream = StreamConfig(name=f"bench-otel-{mode.rstrip('%')}-{uuid.uuid4().hex[:8]}")
     payload = b"x" * 100
@@ -126,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.repeat):
             for mode in MODES:  # interleaved: load from other jobs hits every mode alike
                 runs[mode].append(_run(mode, cluster.bootstrap_servers, args.records))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for metric in ("publish_per_s", "poll_per_s"):
         base = statistics.median(r[metric] for r in runs["off"])
         for mode in MODES:
