@@ -8,24 +8,21 @@ follow the OpenTelemetry messaging semantic conventions; what they do not name i
 
 from __future__ import annotations
 
-import threading
+import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import (
-    CallbackOptions,
     Meter,
     MeterProvider,
     NoOpMeterProvider,
-    Observation,
 )
 from opentelemetry.metrics._internal import _ProxyMeterProvider
-from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import (
     Link,
     NoOpTracerProvider,
@@ -37,78 +34,30 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from bolide.facade._internal.otel_parts import (
+    DESTINATION,
+    DURATION_BUCKETS,
+    ERROR_TYPE,
+    GETTER,
+    GROUP,
+    OFFSET,
+    OPERATION,
+    OPERATION_TYPE,
+    PARTITION,
+    SYSTEM,
+    HealthSource,
+    Reader,
+    Report,
+    Totals,
+    Watched,
+    group_of,
+    guarded,
+)
 from bolide.facade.record import Headers, Record
 
 __all__ = ["Instrumentation"]
 
-# Attribute names (OpenTelemetry messaging semantic conventions).
-SYSTEM = "messaging.system"
-DESTINATION = "messaging.destination.name"
-PARTITION = "messaging.destination.partition.id"
-GROUP = "messaging.consumer.group.name"
-OPERATION = "messaging.operation.name"
-OPERATION_TYPE = "messaging.operation.type"
-OFFSET = "messaging.kafka.offset"
-KEY = "messaging.kafka.message.key"
-ERROR_TYPE = "error.type"
-DURABLE_ID = "bolide.durable.id"
-
-#: Buckets the conventions ask for on duration histograms (seconds).
-_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
-
-Report = Callable[[Any, Any], None]
-
-
-class _HeaderGetter(Getter[Headers]):
-    """Reads W3C trace context (or any propagator's fields) from a record's header pairs."""
-
-    def get(self, carrier: Headers, key: str) -> list[str] | None:
-        values = [v.decode("latin-1") for k, v in carrier if k == key]
-        return values or None
-
-    def keys(self, carrier: Headers) -> list[str]:
-        return [k for k, _ in carrier]
-
-
-_GETTER = _HeaderGetter()
-
-
-class _Totals:
-    """A counter kept in plain integers and reported at each collection (an observable
-    counter): the SDK's ``Counter.add`` costs about 12 µs a call, too much per record."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # delivery reports may be served on two threads
-        self._totals: dict[tuple[tuple[str, str], ...], int] = {}
-
-    def add(self, amount: int, attributes: Mapping[str, str]) -> None:
-        key = tuple(attributes.items())
-        with self._lock:
-            self._totals[key] = self._totals.get(key, 0) + amount
-
-    def observe(self, options: CallbackOptions) -> Iterator[Observation]:
-        with self._lock:
-            totals = list(self._totals.items())
-        for key, total in totals:
-            yield Observation(total, dict(key))
-
-
-class HealthSource(Protocol):
-    """What the lag gauges read: a subscriber or an archiver."""
-
-    def health(self, *, lag: bool = True) -> Any: ...
-
-
-class Reader(Protocol):
-    """What the delivery hooks read of a subscriber."""
-
-    topic: str
-    grouped: bool
-    group_id: str
-
-
-def _group(reader: Reader) -> str | None:
-    return reader.group_id if reader.grouped else None
+log = logging.getLogger("bolide.telemetry")
 
 
 #: Seconds between looks at the global providers while none records.
@@ -132,18 +81,15 @@ class Instrumentation:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._health: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._resequencers: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._durable: list[tuple[Any, Callable[[], Iterable[Any]]]] = []
+        self.watched = Watched()
         # Per subscriber: partition -> first offset delivered, and confirmed positions.
         self._first: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
         self._confirmed: weakref.WeakKeyDictionary[Any, dict[int, int]] = (
             weakref.WeakKeyDictionary()
         )
         # Counted here, reported at each collection: kept across ``configure``.
-        self.sent, self.consumed = _Totals(), _Totals()
-        self.confirmed_messages, self.archived = _Totals(), _Totals()
+        self.sent, self.consumed = Totals(), Totals()
+        self.confirmed_messages, self.archived = Totals(), Totals()
         self.configure()
 
     # -- providers ---------------------------------------------------------------------------
@@ -179,7 +125,7 @@ class Instrumentation:
             unit="s",
             description="Duration of messaging operation initiated by a producer or consumer "
             "client (send: until the broker acknowledged).",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
         meter.create_observable_counter(
             "messaging.client.consumed.messages",
@@ -191,7 +137,7 @@ class Instrumentation:
             "messaging.process.duration",
             unit="s",
             description="Duration of processing operation (a receiver's handler).",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
         meter.create_observable_counter(
             "bolide.consumer.confirmed.messages",
@@ -207,25 +153,25 @@ class Instrumentation:
         )
         meter.create_observable_gauge(
             "bolide.consumer.lag",
-            [self._observe_lag("subscriber")],
+            [self.watched.observe_lag("subscriber")],
             unit="{message}",
             description="Records between a subscriber's position and the end of the partition.",
         )
         meter.create_observable_gauge(
             "bolide.archive.lag",
-            [self._observe_lag("archiver")],
+            [self.watched.observe_lag("archiver")],
             unit="{message}",
             description="Records between the archiver's position and the end of the partition.",
         )
         meter.create_observable_gauge(
             "bolide.resequencer.held",
-            [self._observe_held],
+            [self.watched.observe_held],
             unit="{message}",
             description="Records a resequencer holds back, waiting for their sequence.",
         )
         meter.create_observable_gauge(
             "bolide.durable.backlog",
-            [self._observe_backlog],
+            [self.watched.observe_backlog],
             unit="{message}",
             description="Records waiting for a durable client (replayed when it reconnects).",
         )
@@ -256,65 +202,19 @@ class Instrumentation:
 
     def watch(self, client: HealthSource) -> None:
         """Report ``client.health()`` lags (a subscriber or an archiver) while it lives."""
-        self._health.add(client)
+        self.watched.watch(client)
 
     def watch_resequencer(self, resequencer: Any) -> None:
         """Report how many records ``resequencer`` holds while it lives."""
-        self._resequencers.add(resequencer)
+        self.watched.watch_resequencer(resequencer)
 
     def watch_durable(self, cluster: Any, clients: Callable[[], Iterable[Any]]) -> None:
-        """Report the backlog of every durable client ``clients()`` lists (a registry's
-        ``list``), per stream and partition."""
-        with self._lock:
-            self._durable.append((cluster, clients))
+        """Report the backlog of every durable client ``clients()`` lists."""
+        self.watched.watch_durable(cluster, clients)
 
     def unwatch_durable(self) -> None:
         """Stop reporting durable backlogs."""
-        with self._lock:
-            self._durable.clear()
-
-    def _observe_lag(self, kind: str) -> Callable[[CallbackOptions], Iterator[Observation]]:
-        def observe(options: CallbackOptions) -> Iterator[Observation]:
-            for client in list(self._health):
-                try:
-                    health = client.health()
-                except Exception:  # closed or unreachable: nothing to report this time
-                    continue
-                if health.kind != kind or health.closed:
-                    continue
-                for p in health.partitions:
-                    if p.lag is None:
-                        continue
-                    attrs = {SYSTEM: "kafka", DESTINATION: p.stream, PARTITION: str(p.partition)}
-                    if health.group is not None:
-                        attrs[GROUP] = health.group
-                    yield Observation(p.lag, attrs)
-
-        return observe
-
-    def _observe_held(self, options: CallbackOptions) -> Iterator[Observation]:
-        for resequencer in list(self._resequencers):
-            yield Observation(
-                resequencer.metrics().buffered, {"bolide.resequencer.mode": resequencer.mode}
-            )
-
-    def _observe_backlog(self, options: CallbackOptions) -> Iterator[Observation]:
-        from bolide.facade.durable import client_backlog  # durable imports the publisher
-
-        with self._lock:
-            sources = list(self._durable)
-        for cluster, clients in sources:
-            for client in clients():
-                for stream, parts in client_backlog(cluster, client).items():
-                    for partition, backlog in parts.items():
-                        attrs = {
-                            SYSTEM: "kafka",
-                            DESTINATION: stream,
-                            PARTITION: str(partition),
-                            GROUP: client.group_id,
-                            DURABLE_ID: client.durable_id,
-                        }
-                        yield Observation(backlog, attrs)
+        self.watched.unwatch_durable()
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -329,25 +229,29 @@ class Instrumentation:
         """
         if not self.live():
             return headers, report
-        attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send", OPERATION_TYPE: "send"}
-        span = self.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attrs)
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=trace.set_span_in_context(span))
-        if carrier:
-            names = set(carrier)
-            added = [(k, v.encode("latin-1")) for k, v in carrier.items()]
-            record.headers = [h for h in record.headers if h[0] not in names] + added
-            headers = [h for h in headers or () if h[0] not in names] + added
+        try:
+            attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send", OPERATION_TYPE: "send"}
+            span = self.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attrs)
+            carrier: dict[str, str] = {}
+            self._propagator.inject(carrier, context=trace.set_span_in_context(span))
+            if carrier:
+                names = set(carrier)
+                added = [(k, v.encode("latin-1")) for k, v in carrier.items()]
+                traced = [h for h in headers or () if h[0] not in names] + added
+                record.headers = [h for h in record.headers if h[0] not in names] + added
+                headers = traced
+        except Exception:
+            log.exception("telemetry: send failed")
+            return headers, report
         started = time.perf_counter()
 
         def reported(err: Any, msg: Any) -> None:
-            try:
-                self._sent(topic, span, started, err, msg)
-            finally:
-                report(err, msg)
+            self._sent(topic, span, started, err, msg)
+            report(err, msg)
 
         return headers, reported
 
+    @guarded
     def _sent(self, topic: str, span: Any, started: float, err: Any, msg: Any) -> None:
         attrs: dict[str, str] = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send"}
         if msg is not None and err is None:
@@ -366,12 +270,13 @@ class Instrumentation:
 
     # -- reading -----------------------------------------------------------------------------
 
+    @guarded
     def delivered(self, reader: Reader, batch: Sequence[Record]) -> None:
         """Count a poll's records and give each traced record its ``poll`` span, a child of
         (and linked to) its producer's context."""
         if not self.live():
             return
-        topic, group = reader.topic, _group(reader)
+        topic, group = reader.topic, group_of(reader)
         counts: dict[int, int] = {}
         first = self._first.setdefault(reader, {})
         for record in batch:
@@ -394,6 +299,7 @@ class Instrumentation:
                 attrs[GROUP] = group
             self.consumed.add(n, attrs)
 
+    @guarded
     def confirmed(self, reader: Reader, positions: Mapping[int, int]) -> None:
         """Count the records a confirm covers that this member had not confirmed yet."""
         if not self.live():
@@ -418,13 +324,18 @@ class Instrumentation:
     ) -> Callable[[Record], None]:
         """``handler`` inside a ``process`` span (current while it runs, so what it publishes
         continues the trace), timed into ``messaging.process.duration``."""
-        topic, group = reader.topic, _group(reader)
+        topic, group = reader.topic, group_of(reader)
 
         def process(record: Record) -> None:
             if not self.live():
                 handler(record)
                 return
-            span = self._span(f"process {topic}", "process", "process", topic, group, record)
+            try:
+                span = self._span(f"process {topic}", "process", "process", topic, group, record)
+            except Exception:
+                log.exception("telemetry: process span failed")
+                handler(record)
+                return
             attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "process"}
             if group is not None:
                 attrs[GROUP] = group
@@ -437,12 +348,17 @@ class Instrumentation:
                 attrs[ERROR_TYPE] = type(exc).__qualname__
                 raise
             finally:
-                self.process_duration.record(time.perf_counter() - started, attrs)
+                self._processed(time.perf_counter() - started, attrs)
 
         return process
 
+    @guarded
+    def _processed(self, seconds: float, attrs: Mapping[str, str]) -> None:
+        self.process_duration.record(seconds, attrs)
+
     # -- archiving ---------------------------------------------------------------------------
 
+    @guarded
     def archive(self, group: str, records: Mapping[str, Sequence[Record]]) -> None:
         """Count archived records and give each traced one its ``archive`` span, a child of
         (and linked to) its producer's context."""
@@ -487,7 +403,7 @@ class Instrumentation:
         parent: Context | None = None
         links: list[Link] = []
         if record.headers:
-            parent = self._propagator.extract(record.headers, getter=_GETTER)
+            parent = self._propagator.extract(record.headers, getter=GETTER)
             producer = trace.get_current_span(parent).get_span_context()
             if producer.is_valid:
                 if traced_only and not producer.trace_flags.sampled:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import propagate
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -407,3 +409,43 @@ def test_the_telemetry_benchmark_runs(cluster: Cluster, capsys: pytest.CaptureFi
         (m, mode) for m in ("publish_per_s", "poll_per_s") for mode in bench_telemetry.MODES
     }
     assert all(r["per_s"] > 0 and r["ratio"] > 0 for r in doc["rows"])
+
+
+class _BrokenPropagator(TextMapPropagator):
+    """A propagator that fails on every call."""
+
+    def inject(self, carrier: Any, context: Any = None, setter: Any = None) -> None:
+        raise RuntimeError("broken propagator")
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = None) -> Any:
+        raise RuntimeError("broken propagator")
+
+    @property
+    def fields(self) -> set[str]:
+        return {"broken"}
+
+
+def test_a_failing_telemetry_hook_breaks_nothing(
+    cluster: Cluster,
+    stream_factory: Callable[..., StreamConfig],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    otel = Otel()
+    previous = propagate.get_global_textmap()
+    propagate.set_global_textmap(_BrokenPropagator())
+    telemetry.configure(otel.tracer_provider, otel.meter_provider)
+    try:
+        stream = stream_factory()
+        handled: list[Record] = []
+        [record] = publish(cluster, stream, 1)
+        with Subscriber(cluster, SubscriberConfig(stream=stream)) as sub:
+            sub.seek(0)
+            sub.attach_receiver(handled.append)
+            eventually(lambda: len(handled) == 1, timeout_s=60)
+    finally:
+        propagate.set_global_textmap(previous)
+        telemetry.configure()
+    assert record.offset == 0 and record.headers == []
+    assert handled == [record]
+    assert "telemetry: send failed" in caplog.text
+    assert "broken propagator" in caplog.text
