@@ -1,19 +1,34 @@
-"""Helpers shared by the benchmark scripts: the broker, percentiles, tables, the machine."""
+"""Helpers shared by the benchmark scripts: the broker, percentiles, tables, the machine, and
+the protocol between ``run_all`` and each ``bench_<name>.py`` (``bench(Context) -> Report``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
 import subprocess
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bolide.facade import Cluster, EmbeddedBroker
 
-__all__ = ["broker_cluster", "machine_info", "markdown_table", "percentile", "summarize"]
+__all__ = [
+    "Context",
+    "Ratio",
+    "Report",
+    "broker_cluster",
+    "machine_info",
+    "markdown_table",
+    "percentile",
+    "ratios_table",
+    "standalone",
+    "summarize",
+]
 
 
 @contextmanager
@@ -141,3 +156,134 @@ def machine_info() -> dict[str, Any]:
 def _version(value: Any) -> str:
     # confluent_kafka.version() is a string in recent releases, a (string, int) pair before.
     return str(value[0] if isinstance(value, tuple) else value)
+
+
+# -- the protocol run_all speaks to every benchmark module --------------------------------------
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One headline ratio: bolide's figure against its reference (the raw client, a database's
+    bulk path), with the target ratio it must reach (higher is better)."""
+
+    benchmark: str
+    metric: str
+    reference: str
+    unit: str
+    reference_value: float
+    bolide_value: float
+    target: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """bolide / reference (0 when the reference measured nothing)."""
+        return self.bolide_value / self.reference_value if self.reference_value else 0.0
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the target holds; ``None`` when the ratio has no target."""
+        return None if self.target is None else self.ratio >= self.target
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, ratio and verdict included."""
+        return {
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "ratio": round(self.ratio, 3),
+            "met": self.met,
+        }
+
+
+@dataclass
+class Context:
+    """What ``run_all`` hands a benchmark's ``bench(context)``.
+
+    Attributes:
+        cluster: The Kafka every benchmark of the run shares (embedded unless ``--bootstrap``).
+        broker: Its description, for the tables' titles.
+        quick: Tiny counts: a smoke run that checks the benchmark works, not its figures.
+        pg_url: PostgreSQL for the benchmarks that use one; ``None`` skips it.
+    """
+
+    cluster: Cluster
+    broker: str
+    quick: bool = False
+    pg_url: str | None = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+    def say(self, benchmark: str, message: str) -> None:
+        """Progress on stderr (the tables go to stdout)."""
+        print(f"[{benchmark}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Report:
+    """What a benchmark's ``bench(context)`` returns.
+
+    Attributes:
+        title: One line naming what was measured and with which settings.
+        table: The benchmark's own Markdown table (every figure it measured).
+        ratios: Its headline ratios with their targets, for the summary across benchmarks.
+        data: Anything else worth keeping in the JSON document (settings, raw figures).
+    """
+
+    title: str
+    table: str
+    ratios: list[Ratio] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "title": self.title,
+            "ratios": [r.as_dict() for r in self.ratios],
+            "data": self.data,
+        }
+
+
+def ratios_table(ratios: Sequence[Ratio]) -> str:
+    """The Markdown summary of ``ratios``: reference, bolide, ratio, target, met."""
+    return markdown_table(
+        [
+            "benchmark",
+            "metric",
+            "reference",
+            "unit",
+            "reference value",
+            "bolide",
+            "ratio",
+            "target",
+            "met",
+        ],
+        [
+            [
+                r.benchmark,
+                r.metric,
+                r.reference,
+                r.unit,
+                f"{r.reference_value:,.0f}",
+                f"{r.bolide_value:,.0f}",
+                f"{r.ratio:.2f}x",
+                "" if r.target is None else f">= {r.target}x",
+                {True: "yes", False: "NO", None: ""}[r.met],
+            ]
+            for r in ratios
+        ],
+    )
+
+
+def standalone(bench: Callable[[Context], Report], argv: Sequence[str] | None, name: str) -> int:
+    """A ``main(argv)`` for a benchmark that only has ``bench``: ``--quick``, ``--bootstrap``,
+    ``--json``; prints its table and ratios."""
+    parser = argparse.ArgumentParser(prog=f"bench_{name}")
+    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+    parser.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    with broker_cluster(args.bootstrap) as (cluster, broker):
+        report = bench(Context(cluster, broker, quick=args.quick))
+    if args.json:
+        print(
+            json.dumps({"benchmark": name, "machine": machine_info(), **report.as_dict()}, indent=2)
+        )
+    else:
+        print(f"## {report.title}\n\n{report.table}\n\n{ratios_table(report.ratios)}")
+    return 0

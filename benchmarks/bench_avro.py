@@ -19,6 +19,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from benchmarks._common import Context, Ratio, Report, markdown_table
 from bolide.facade.avro.registry import MemorySchemaRegistry
 from bolide.facade.avro.serde import AvroSerde
 
@@ -143,6 +144,29 @@ def run(shape: str, records: int, repeat: int) -> dict[str, float]:
         result[f"{name}_ratio"] = t_bare / t_ours
     assert payloads[0][5:] == bodies[0], "serde body differs from bare fastavro"
     return result
+
+
+NAME = "avro"
+TARGET = 0.85
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: encode and decode of both shapes, each a ratio with its target."""
+    records, repeat = (2_000, 1) if context.quick else (50_000, 5)
+    ratios: list[Ratio] = []
+    rows: list[list[Any]] = []
+    for shape in ("small", "order"):
+        result = run(shape, records, repeat)
+        for op in ("encode", "decode"):
+            bare, ours = result[f"{op}_bare_rps"], result[f"{op}_serde_rps"]
+            ratios.append(
+                Ratio(NAME, f"{op} {shape}", "bare fastavro", "records/s", bare, ours, TARGET)
+            )
+            rows.append([shape, op, f"{bare:,.0f}", f"{ours:,.0f}", f"{ours / bare:.2f}x"])
+    table = markdown_table(["shape", "op", "bare rec/s", "serde rec/s", "ratio"], rows)
+    return Report(
+        f"avro: AvroSerde vs bare fastavro ({records:,} records, best of {repeat})", table, ratios
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,16 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int, summarize
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+    summarize,
+)
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -37,7 +46,7 @@ from bolide.facade import (
 )
 from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic
 
-__all__ = ["Row", "main", "run", "table"]
+__all__ = ["Row", "bench", "main", "run", "table"]
 
 NAME = "facade"
 PAYLOAD_SIZES = (100, 1024)
@@ -496,6 +505,35 @@ def table(rows: Sequence[Row]) -> str:
     ]
     headers = ["metric", "payload", "unit", "raw", "bolide", "bolide/raw", "target", "met"]
     return markdown_table(headers, body)
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: the whole table, and the throughput rows as ratios with targets."""
+    settings: dict[str, Any] = (
+        {"count": 2_000, "repeat": 1, "latency_samples": 5, "round_trips": 5}
+        if context.quick
+        else {"count": 50_000, "repeat": 3, "latency_samples": 200, "round_trips": 100}
+    )
+    started = time.monotonic()
+    rows = run(context.cluster, **settings, progress=lambda msg: context.say(NAME, msg))
+    ratios = [
+        Ratio(
+            NAME,
+            f"{r.metric} {r.payload} B",
+            "raw confluent-kafka",
+            r.unit,
+            r.raw,
+            r.bolide,
+            0.9,
+        )
+        for r in rows
+        if r.higher_is_better
+    ]
+    title = (
+        f"facade: raw confluent-kafka vs bolide ({settings['count']:,} records x "
+        f"{settings['repeat']}, best kept; {context.broker}, {time.monotonic() - started:.0f} s)"
+    )
+    return Report(title, table(rows), ratios, {"settings": settings})
 
 
 def _parser() -> argparse.ArgumentParser:

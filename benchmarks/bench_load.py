@@ -23,7 +23,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int, summarize
+from benchmarks._common import (
+    Context,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+    summarize,
+)
 from bolide.facade import (
     Cluster,
     Publisher,
@@ -34,7 +42,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 
-__all__ = ["main", "run"]
+__all__ = ["bench", "main", "run"]
 
 NAME = "load"
 PARTITIONS = 4
@@ -153,6 +161,23 @@ def table(result: dict[str, Any]) -> str:
         for span, key in (("whole run", "whole_ms"), ("after warm-up", "after_warmup_ms"))
     ]
     return markdown_table(["latency (ms)", "min", "p50", "p95", "p99", "max"], rows)
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: the latency table (latency has no ratio to a raw path here)."""
+    settings: dict[str, Any] = (
+        {"seconds": 1, "rate": 100, "publishers": 1, "subscribers": 1, "warmup_s": 0.0}
+        if context.quick
+        else {"seconds": 15, "rate": 2_000, "publishers": 8, "subscribers": 8, "warmup_s": 3.0}
+    )
+    context.say(NAME, str(settings))
+    result = run(context.cluster, **settings)
+    title = (
+        f"load: publish-to-read latency, {settings['publishers']} publishers, "
+        f"{settings['subscribers']} subscribers, {settings['rate']} records/s "
+        f"({result['records']} records, {result['throughput_per_s']} records/s)"
+    )
+    return Report(title, table(result), [], {"settings": settings, **result})
 
 
 def _parser() -> argparse.ArgumentParser:

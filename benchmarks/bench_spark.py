@@ -28,11 +28,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+)
 from bolide.facade import Cluster, StreamConfig
 from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
 
-__all__ = ["main"]
+__all__ = ["bench", "main", "run"]
+
+TARGETS = {"archive job into SQLite": 0.5}
 
 NAME = "spark"
 PARTITIONS = 2
@@ -150,6 +160,54 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
     return {k: {"seconds": v, "records_per_s": records / v} for k, v in seconds.items()}
 
 
+def _table(results: dict[str, Any]) -> str:
+    raw = results["raw confluent-kafka consumer"]["records_per_s"]
+    rows = [
+        [
+            name,
+            f"{r['records_per_s']:,.0f}",
+            f"{r['seconds']:.2f}",
+            f"{r['records_per_s'] / raw:.2f}x",
+            f">= {TARGETS[name]}x" if name in TARGETS else "",
+            ""
+            if name not in TARGETS
+            else ("yes" if r["records_per_s"] / raw >= TARGETS[name] else "NO"),
+        ]
+        for name, r in results.items()
+    ]
+    return markdown_table(["reader", "records/s", "seconds", "vs raw", "target", "met"], rows)
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry (``ImportError`` without PySpark, which ``run_all`` reports)."""
+    import pyspark  # noqa: F401 - only checks the extra is installed
+
+    records, repeat = (2_000, 1) if context.quick else (100_000, 2)
+    context.say(NAME, f"{records:,} records, best of {repeat}")
+    started = time.monotonic()
+    results = run(context.cluster, records, 100, repeat)
+    raw = results.pop("raw confluent-kafka consumer")
+    results = {"raw confluent-kafka consumer": raw, **results}
+    ratios = [
+        Ratio(
+            NAME,
+            name,
+            "raw confluent-kafka consumer",
+            "records/s",
+            raw["records_per_s"],
+            r["records_per_s"],
+            TARGETS.get(name),
+        )
+        for name, r in results.items()
+        if name != "raw confluent-kafka consumer"
+    ]
+    title = (
+        f"spark ({records:,} records of 100 B over {PARTITIONS} partitions, local[2]; "
+        f"{context.broker}, {time.monotonic() - started:.0f} s)"
+    )
+    return Report(title, _table(results), ratios, {"results": results})
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench_spark", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
@@ -178,7 +236,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     with broker_cluster(args.bootstrap) as (cluster, broker):
         results = run(cluster, args.records, args.payload, args.repeat)
     elapsed = time.monotonic() - started
-    raw = results["raw confluent-kafka consumer"]["records_per_s"]
     if args.json:
         doc = {
             "benchmark": NAME,
@@ -190,20 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         print(json.dumps(doc, indent=2))
         return 0
-    rows = [
-        [
-            name,
-            f"{r['records_per_s']:,.0f}",
-            f"{r['seconds']:.2f}",
-            f"{r['records_per_s'] / raw:.2f}x",
-        ]
-        for name, r in results.items()
-    ]
     print(
         f"## spark ({args.records:,} records of {args.payload} B over {PARTITIONS} partitions, "
         f"local[2]; {broker}, {elapsed:.0f} s)\n"
     )
-    print(markdown_table(["reader", "records/s", "seconds", "vs raw"], rows))
+    print(_table(results))
     return 0
 
 

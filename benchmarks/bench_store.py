@@ -10,7 +10,10 @@ PostgreSQL's binary ``COPY`` (psycopg 3 ``write_row``) and SQLite's plain ``sqli
 - archive: the ``Archiver`` end to end from Kafka, timed from its first committed batch to
   caught up (the group join, a broker matter, is left out), target >= 0.5x;
 - Core: a plain SQLAlchemy Core ``executemany`` per batch, for reference;
-- spliced read: a subscriber reading half from SQL, against a plain Kafka read, target >= 0.8x;
+- spliced read: a subscriber reading half from SQL, against a plain Kafka read, target >= 0.9x;
+- durable replay: a durable client's first connect replaying the whole stream, half from SQL,
+  against the same plain Kafka read, target >= 0.9x (reads are timed from their first batch, so
+  the durable client's group join, a broker matter, is left out);
 - read: ``SqlStore.read`` in keyset pages, building ``Record`` objects, against one plain Core
   ``SELECT`` of the same rows and headers.
 
@@ -34,7 +37,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+)
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -47,8 +58,9 @@ from bolide.facade import (
 )
 from bolide.stores import Archiver, SqlStore
 from bolide.stores._schema import HEADERS, RECORDS
+from bolide.stores.durable_registry import DurableRegistry
 
-__all__ = ["Row", "main", "run"]
+__all__ = ["Row", "bench", "main", "run"]
 
 NAME = "store"
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -263,35 +275,52 @@ def archive(
     return (end[1] - first[1]) / (end[0] - first[0]), end[1], stream.name
 
 
-def _read_all(cluster: Cluster, stream: StreamConfig, count: int) -> float:
-    """Records/s of an EARLIEST subscriber reading ``count`` records of ``stream``."""
-    config = SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+def _read_all(cluster: Cluster, config: SubscriberConfig, count: int) -> float:
+    """Records/s of a subscriber reading ``count`` records, timed from its first batch."""
     with Subscriber(cluster, config) as sub:
-        started = time.perf_counter()
-        deadline = started + 120
+        deadline = time.perf_counter() + 120
         seen = 0
-        while seen < count and time.perf_counter() < deadline:
-            seen += len(sub.poll(1_000))
-        return seen / (time.perf_counter() - started)
+        while seen == 0 and time.perf_counter() < deadline:
+            seen = len(sub.poll(1_000))
+        started = time.perf_counter()
+        rest = 0
+        while seen + rest < count and time.perf_counter() < deadline:
+            rest += len(sub.poll(1_000))
+        elapsed = time.perf_counter() - started
+        if seen + rest < count:
+            raise RuntimeError(f"read {seen + rest} of {count} records within 120 s")
+        if config.durable_id is not None:
+            sub.close(keep_alive=False)
+        return rest / elapsed if elapsed > 0 else 0.0
 
 
 def spliced_read(
-    cluster: Cluster, store: SqlStore, topic: str, count: int, repeat: int
-) -> tuple[float, float]:
-    """Best records/s of a plain Kafka read and of a spliced read of the same archived topic.
+    cluster: Cluster, store: SqlStore, url: str, topic: str, count: int, repeat: int
+) -> tuple[float, float, float]:
+    """Best records/s of a plain Kafka read, a spliced read and a durable replay of ``topic``.
 
     The spliced reader's cluster takes Kafka's log start to be half the topic (its
     ``log_start_overrides``, since the embedded broker never trims), so it reads the first half
-    from SQL.
+    from SQL; the durable client (a new one each run, so it replays everything) likewise.
     """
     trimmed = cluster.replace(log_start_overrides={topic: {0: count // 2}})
-    plain = StreamConfig(name=topic)
-    spliced = StreamConfig(name=topic, store=store)
-    best_plain = best_spliced = 0.0
-    for _ in range(repeat):
-        best_plain = max(best_plain, _read_all(cluster, plain, count))
-        best_spliced = max(best_spliced, _read_all(trimmed, spliced, count))
-    return best_plain, best_spliced
+    earliest = InitialOffsetScheme.EARLIEST
+    plain = SubscriberConfig(stream=StreamConfig(name=topic), initial_offset_scheme=earliest)
+    spliced_stream = StreamConfig(name=topic, store=store)
+    spliced = SubscriberConfig(stream=spliced_stream, initial_offset_scheme=earliest)
+    best_plain = best_spliced = best_durable = 0.0
+    with DurableRegistry(url) as registry:
+        for _ in range(repeat):
+            best_plain = max(best_plain, _read_all(cluster, plain, count))
+            best_spliced = max(best_spliced, _read_all(trimmed, spliced, count))
+            durable = SubscriberConfig(
+                stream=spliced_stream,
+                durable_id=f"bench-{uuid.uuid4().hex[:8]}",
+                durable_registry=registry,
+                lease_timeout_ms=4_000,
+            )
+            best_durable = max(best_durable, _read_all(trimmed, durable, count))
+    return best_plain, best_spliced, best_durable
 
 
 @contextmanager
@@ -401,9 +430,16 @@ def _measure(
             _empty(engine)
             rate, count, stream = archive(cluster, store, data, batch)
             out.append(Row(name, "archive from Kafka", count, rate, bulk_w, label, 0.5))
-            plain_rate, spliced_rate = spliced_read(cluster, store, stream, count, repeat)
+            plain_rate, spliced_rate, durable_rate = spliced_read(
+                cluster, store, url, stream, count, repeat
+            )
             out.append(
-                Row(name, "spliced read (half SQL)", count, spliced_rate, plain_rate, "Kafka", 0.8)
+                Row(name, "spliced read (half SQL)", count, spliced_rate, plain_rate, "Kafka", 0.9)
+            )
+            out.append(
+                Row(
+                    name, "durable replay (half SQL)", count, durable_rate, plain_rate, "Kafka", 0.9
+                )
             )
         else:
             _empty(engine)
@@ -420,6 +456,70 @@ def _measure(
         core_w = max(core(i) for i in range(repeat))
         out.append(Row(name, f"plain Core executemany ({batch})", len(data), core_w, bulk_w, label))
     return out
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The Markdown table of ``rows``."""
+    return markdown_table(
+        [
+            "database",
+            "operation",
+            "rows",
+            "bolide rows/s",
+            "ceiling",
+            "ceiling rows/s",
+            "ratio",
+            "target",
+            "met",
+        ],
+        [
+            [
+                r.database,
+                r.operation,
+                r.rows,
+                f"{r.bolide_rows_s:,.0f}",
+                r.ceiling,
+                f"{r.ceiling_rows_s:,.0f}",
+                f"{r.ratio:.2f}x",
+                r.target,
+                "" if r.met is None else ("yes" if r.met else "NO"),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: every row, those with a target also as ratios."""
+    params: dict[str, Any] = {
+        "records": 2_000 if context.quick else 100_000,
+        "payload": 100,
+        "headers": 1,
+        "batch": 500 if context.quick else 2_000,
+        "repeat": 1 if context.quick else 2,
+    }
+    context.say(NAME, str(params))
+    started = time.monotonic()
+    rows = run(**params, pg_url=context.pg_url, cluster=context.cluster)
+    ratios = [
+        Ratio(
+            NAME,
+            f"{r.database}: {r.operation}",
+            r.ceiling,
+            "rows/s",
+            r.ceiling_rows_s,
+            r.bolide_rows_s,
+            r.target_ratio,
+        )
+        for r in rows
+        if r.target_ratio is not None
+    ]
+    title = (
+        f"history store, {params['records']:,} records of {params['payload']} B with "
+        f"{params['headers']} header(s); best of {params['repeat']}; {context.broker}, "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    return Report(title, table(rows), ratios, {"params": params})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -468,35 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"History store, {args.records} records of {args.payload} B with {args.headers} "
         f"header(s); best of {args.repeat}; broker: {broker}\n"
     )
-    print(
-        markdown_table(
-            [
-                "database",
-                "operation",
-                "rows",
-                "bolide rows/s",
-                "ceiling",
-                "ceiling rows/s",
-                "ratio",
-                "target",
-                "met",
-            ],
-            [
-                [
-                    r.database,
-                    r.operation,
-                    r.rows,
-                    f"{r.bolide_rows_s:,.0f}",
-                    r.ceiling,
-                    f"{r.ceiling_rows_s:,.0f}",
-                    f"{r.ratio:.2f}x",
-                    r.target,
-                    "" if r.met is None else ("yes" if r.met else "NO"),
-                ]
-                for r in rows
-            ],
-        )
-    )
+    print(table(rows))
     return 0
 
 

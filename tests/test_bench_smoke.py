@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,56 @@ def test_bench_command_explains_a_missing_benchmarks_folder(
     assert cli_main(["bench", "--dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "no benchmarks found" in err and "source checkout" in err
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_bench_quick_prints_every_ratio_with_its_target(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    names = ["facade", "meteor", "store"]
+    argv = ["bench", "--quick", "--json", "--bootstrap", cluster.bootstrap_servers]
+    assert cli_main([*argv, *(a for n in names for a in ("--only", n))]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["quick"] is True and set(doc["benchmarks"]) == set(names)
+    ratios = {(r["benchmark"], r["metric"]): r for r in doc["ratios"]}
+    expected = {
+        ("facade", "publish 100 B"),
+        ("facade", "publish_many 100 B"),
+        ("facade", "produce 100 B"),
+        ("facade", "poll 100 B"),
+        ("meteor", "4 publishers x 16 subscribers, 100 B"),
+        ("store", "sqlite: archive from Kafka"),
+        ("store", "sqlite: spliced read (half SQL)"),
+        ("store", "sqlite: durable replay (half SQL)"),
+    }
+    assert expected <= set(ratios)
+    for row in ratios.values():
+        assert row["reference_value"] > 0 and row["bolide_value"] > 0, row
+        assert row["ratio"] == pytest.approx(row["bolide_value"] / row["reference_value"], 1e-2)
+        assert row["met"] is (row["ratio"] >= row["target"]) or row["target"] is None
+
+
+def test_runner_runs_a_module_that_only_exposes_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another benchmark slots in by exposing ``bench(context) -> Report``."""
+    for name in [n for n in sys.modules if n == "benchmarks" or n.startswith("benchmarks.")]:
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])  # restored afterwards
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    here = Path(run_all.__file__).parent
+    for name in ("__init__.py", "_common.py", "run_all.py"):
+        (folder / name).write_text((here / name).read_text())
+    (folder / "bench_extra.py").write_text(
+        "from benchmarks._common import Ratio, Report\n"
+        "def bench(context):\n"
+        "    assert context.quick\n"
+        "    return Report('extra', '| a |', [Ratio('extra', 'm', 'raw', 'x/s', 2.0, 1.0, 0.9)])\n"
+    )
+    assert cli_main(["bench", "--dir", str(folder), "--quick", "--only", "extra"]) == 0
+    out = capsys.readouterr().out
+    assert "## extra" in out and "1 targets missed" in out
+    assert "| extra     | m      | raw       | x/s  |" in out and "0.50x" in out
