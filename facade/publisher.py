@@ -96,10 +96,12 @@ class Publisher(Closing):
         self._closing = threading.Event()
         # Records handed to the producer and not yet resolved: close fails any left over.
         self._outstanding: set[_Delivery | _Batch] = set()
-        # publish_async calls between their closing check and their produce: close waits for
-        # them, so each record is either refused or in the producer before close flushes.
-        self._entering = 0
-        self._entered = threading.Condition(threading.Lock())
+        # Held from a publish call's closing check until its records are in the producer; close
+        # takes it once after setting ``_closing``, so each record is either refused or in the
+        # producer before close flushes. Reentrant: a delivery callback served inside the
+        # back-pressure wait may publish again. A lock costs a tenth of a condition and counter.
+        self._gate = threading.RLock()
+        self._close_once = threading.Lock()
         self._poller = threading.Thread(
             target=self._serve, name=f"bolide-pub-{self.stream.name}", daemon=True
         )
@@ -148,7 +150,9 @@ class Publisher(Closing):
         """
         rec = record if type(record) is Record else self._to_record(record)
         future: Future[int] = DeliveryFuture()  # already running: it cannot be cancelled
-        with self._accepting(rec):
+        with self._gate:
+            if self._closing.is_set():
+                raise self._refused(rec)
             delivery = _Delivery(self, rec, future, callback)
             # Tracked before produce: its report may be served on the poller thread at once.
             self._outstanding.add(delivery)
@@ -169,7 +173,9 @@ class Publisher(Closing):
             PublishError: The publisher is closed.
         """
         rec = record if type(record) is Record else self._to_record(record)
-        with self._accepting(rec):
+        with self._gate:
+            if self._closing.is_set():
+                raise self._refused(rec)
             delivery = _Delivery(self, rec, None, on_delivery)
             self._outstanding.add(delivery)
             self._send(rec, delivery)
@@ -194,26 +200,17 @@ class Publisher(Closing):
             future.set_result([])
             return future
         batch = _Batch(self, recs, future)
-        with self._accepting(recs[0]):
+        with self._gate:
+            if self._closing.is_set():
+                raise self._refused(recs[0])
             self._outstanding.add(batch)
             for index, rec in enumerate(recs):
                 self._send(rec, partial(batch.report, index))
         return future
 
-    @contextmanager
-    def _accepting(self, rec: Record) -> Iterator[None]:
-        """Refuse ``rec`` once closing; else let ``close`` wait until it is in the producer."""
-        with self._entered:
-            if self._closing.is_set():
-                raise PublishError("publisher is closed", record=rec, stream=self._topic)
-            self._entering += 1
-        try:
-            yield
-        finally:
-            with self._entered:
-                self._entering -= 1
-                if not self._entering:
-                    self._entered.notify_all()
+    def _refused(self, rec: Record) -> PublishError:
+        """The error for a record offered once the publisher is closing."""
+        return PublishError("publisher is closed", record=rec, stream=self._topic)
 
     def _send(self, rec: Record, report: Callable[[Any, Message | None], None]) -> None:
         """Hand one record to the producer; ``report(err, msg)`` gets its answer (also a
@@ -363,13 +360,13 @@ class Publisher(Closing):
         purged from the producer and fails with ``PublishError``. A ``publish_async`` racing
         ``close`` is either accepted before the flush or refused with ``PublishError``.
         """
-        with self._entered:
+        with self._close_once:
             if self._closing.is_set():
                 return
             self._closing.set()  # refuse new records first, so the flush below covers them all
-            # Callers past the check are producing (or give up waiting for room): let them end.
-            while self._entering:
-                self._entered.wait()
+        # Callers past the check are producing (or give up waiting for room): let them end.
+        with self._gate:
+            pass
         if self._txn is not None:
             self._txn.close()  # an open transaction is aborted: its records fail
         remaining = self._producer.flush(timeout_s)

@@ -248,12 +248,21 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
     # Consumed messages carry a list of pairs or None, never a dict (an annotation, not cast():
     # no call on the poll path).
     headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
-    return trusted_record(
-        msg.value() or b"",
-        msg.key(),
-        [(name, value if value is not None else b"") for name, value in headers] if headers else [],
-        topic if topic is not None else msg.topic(),
-        msg.partition(),
-        msg.offset(),
-        msg.timestamp()[1],
-    )
+    # trusted_record's body, inlined: one Python call fewer per record read (reads are hot).
+    record: Record = _new(Record)
+    record.data = msg.value() or b""
+    record.key = msg.key()
+    if headers:
+        pairs = [(name, value if value is not None else b"") for name, value in headers]
+        record.headers = pairs
+        record.group = group_from_headers(pairs)
+    else:
+        record.headers = []
+        record.group = None
+    record.stream = topic if topic is not None else msg.topic()
+    record.partition = msg.partition()
+    record.offset = msg.offset()
+    record.timestamp_ms = msg.timestamp()[1]
+    record.replayed = False
+    record.value = None
+    return record

@@ -126,14 +126,29 @@ def _check_store(store: str | SqlStore) -> None:
         opened.check_schema()
 
 
-def _store_batches(store: str | SqlStore, batches: dict[str, list[Record]]) -> int:
-    """Write one micro-batch; a store given by URL is opened per batch and closed again."""
+def _store_batches(
+    store: str | SqlStore, batches: dict[str, list[Record]], serde: Any | None = None
+) -> int:
+    """Write one micro-batch; a store given by URL is opened per batch and closed again.
+
+    With a ``serde``, the records' typed table (``bolide.stores.typed_archive``) is written in
+    the same transaction, as the ``Archiver`` writes it.
+    """
     from bolide.stores import SqlStore
 
+    also = None
+    if serde is not None:
+        from bolide.stores.typed_archive import write_typed
+
+        def also(conn: Any) -> None:
+            for name, recs in batches.items():
+                if recs:
+                    write_typed(conn, name, recs, serde)
+
     if isinstance(store, SqlStore):
-        return store.store_batches(batches)
+        return store.store_batches(batches, also=also)
     with SqlStore(store) as opened:
-        return opened.store_batches(batches)
+        return opened.store_batches(batches, also=also)
 
 
 def _start(
@@ -169,13 +184,16 @@ def archive(
     trigger_interval_s: float = 1.0,
     on_batch: BatchCallback | None = None,
     options: Mapping[str, str] | None = None,
+    serde: Any | None = None,
 ) -> StreamingQuery:
     """Archive a stream into the SQL history store with Structured Streaming.
 
-    Each micro-batch is written by ``SqlStore.store_all``, which is idempotent on (stream,
+    Each micro-batch is written by ``SqlStore.store_batches``, which is idempotent on (stream,
     partition, offset): a batch Spark replays after a crash or restart inserts nothing twice,
     and the checkpoint ensures nothing is skipped. The store's schema must be current
-    (``bolide db upgrade``).
+    (``bolide db upgrade``). With ``serde`` (the stream's ``AvroSerde``), each micro-batch also
+    fills the stream's typed table in the same transaction, as the ``Archiver`` does with its
+    ``serdes`` (docs/avro.md): payloads that do not decode stay in the raw archive only.
 
     Args:
         spark: The session.
@@ -191,11 +209,23 @@ def archive(
         trigger_interval_s: Micro-batch interval when running continuously.
         on_batch: Called after each micro-batch with a ``BatchReport``.
         options: Further source options.
+        serde: The stream's serde (``AvroSerde``): also write its typed table.
 
     Returns:
         The streaming query (already finished when ``until_caught_up``).
+
+    Raises:
+        TypeError: ``serde`` cannot decode typed rows (it is not an ``AvroSerde``).
     """
     _check_store(store)
+    if serde is not None and not (
+        callable(getattr(serde, "payload_schema_id", None))
+        and callable(getattr(serde, "value_schema", None))
+    ):
+        raise TypeError(
+            f"serde must be an AvroSerde (a typed table needs the writer schema), "
+            f"not {type(serde).__name__}"
+        )
     df = read_stream(
         spark,
         stream,
@@ -210,7 +240,7 @@ def archive(
         began = time.monotonic()
         batches = records_by_stream(batch.toArrow())
         rows = sum(len(r) for r in batches.values())
-        inserted = _store_batches(store, batches) if rows else 0
+        inserted = _store_batches(store, batches, serde) if rows else 0
         report = BatchReport(batch_id, rows, inserted, 0, time.monotonic() - began)
         log.info("archive batch %d: %d rows, %d new", batch_id, rows, inserted)
         if on_batch is not None:

@@ -320,3 +320,60 @@ def test_archive_failure_is_a_bolide_error(
         )
     assert "bolide-archive" in str(info.value)
     assert _stored(sqlite_url, stream) == []
+
+
+@pytest.mark.kafka
+def test_archive_with_a_serde_fills_the_typed_table(
+    spark: Any, cluster: Cluster, stream_factory, store_url: str, tmp_path: Path
+) -> None:
+    import sqlalchemy as sa
+
+    from bolide.facade import AvroSerde, Publisher, PublisherConfig
+    from bolide.stores import SqlSchemaRegistry
+    from bolide.stores.typed_archive import typed_table_name
+    from tests.avro.conftest import ORDER_V1, ORDER_V2, order
+
+    stream = stream_factory(name_prefix="typed")
+    with SqlStore(store_url) as store:
+        registry = SqlSchemaRegistry(store)
+        with Publisher(
+            cluster, PublisherConfig(stream=stream, serde=AvroSerde(ORDER_V1, registry=registry))
+        ) as pub:
+            for n in range(3):
+                pub.publish(order(n))
+            pub.publish(Record(b"not avro"))
+        with Publisher(
+            cluster, PublisherConfig(stream=stream, serde=AvroSerde(ORDER_V2, registry=registry))
+        ) as pub:
+            pub.publish(order(4, country="DE"))
+        reports: list[BatchReport] = []
+        archive(
+            spark,
+            stream,
+            store,
+            str(tmp_path / "ckpt"),
+            bootstrap=cluster,
+            max_offsets_per_trigger=3,
+            on_batch=reports.append,
+            serde=AvroSerde(ORDER_V1, registry=registry),
+        )
+        assert sum(r.written for r in reports) == 5
+        assert len(store.read(stream.name, 0, 0, 100)) == 5  # the raw archive keeps all five
+        with store.engine.connect() as conn:
+            got = conn.execute(
+                sa.text(
+                    f"SELECT kafka_offset, id, country, address__city "
+                    f"FROM {typed_table_name(stream.name)} ORDER BY 1"
+                )
+            ).all()
+    assert [tuple(r) for r in got] == [
+        (0, 0, None, "Paris"),
+        (1, 1, None, "Lyon"),
+        (2, 2, None, "Paris"),
+        (4, 4, "DE", "Paris"),
+    ]
+
+
+def test_archive_refuses_a_serde_that_cannot_type_rows(spark: Any, sqlite_url: str) -> None:
+    with pytest.raises(TypeError, match="AvroSerde"):
+        archive(spark, "s", sqlite_url, "ckpt", bootstrap="127.0.0.1:1", serde=object())
