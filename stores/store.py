@@ -8,7 +8,6 @@ PostgreSQL the production database. The schema comes only from Alembic migration
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,7 +20,7 @@ from sqlalchemy.pool import StaticPool
 
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.ports import Closing
-from bolide.facade.record import Record, trusted_record
+from bolide.facade.record import Record
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.facade.validate import check_int
 from bolide.stores import _migrate
@@ -29,16 +28,15 @@ from bolide.stores import _migrate
 # Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
 from bolide.stores._inserts import HeaderRow, RecordRow, insert_rows
 from bolide.stores._inserts import _insert_ignoring_duplicates as _insert_ignoring_duplicates
-from bolide.stores._schema import HEADERS, RECORDS
+from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
+from bolide.stores._pages import read_page, stored_name
+from bolide.stores._schema import RECORDS
 
 __all__ = ["SqlStore"]
 
 _T = TypeVar("_T")
 _DIALECTS = ("sqlite", "postgresql")
 _MAX_STREAM = 255
-#: Marks a header name stored escaped (see ``_stored_name``): U+2400, SYMBOL FOR NULL.
-ESCAPED_NAME_MARK = "\u2400"
-_ESCAPES = re.compile("%(00|25)")
 
 
 class SqlStore(Closing):
@@ -219,45 +217,10 @@ class SqlStore(Closing):
         if limit == 0:
             return []
         self._ready()
-        r, h = RECORDS.c, HEADERS.c
-        where = (r.stream == stream, r.kafka_partition == partition, r.kafka_offset >= from_offset)
-        query = (
-            sa.select(r.kafka_offset, r.timestamp_ms, r.key, r.payload)
-            .where(*where)
-            .order_by(r.kafka_offset)
-            .limit(limit)
-        )
 
         def fetch() -> list[Record]:
             with self.engine.connect() as conn:
-                rows = conn.execute(query).all()
-                if not rows:
-                    return []
-                headers: dict[int, list[tuple[str, bytes]]] = {}
-                header_rows = conn.execute(
-                    sa.select(h.kafka_offset, h.name, h.value)
-                    .where(
-                        h.stream == stream,
-                        h.kafka_partition == partition,
-                        h.kafka_offset.between(rows[0][0], rows[-1][0]),
-                    )
-                    .order_by(h.kafka_offset, h.header_index)
-                )
-                for off, name, value in header_rows.all():
-                    headers.setdefault(off, []).append((_header_name(name), bytes(value)))
-            # Rows come from our own tables: the trusted constructor skips the checks.
-            return [
-                trusted_record(
-                    payload if type(payload) is bytes else bytes(payload),
-                    key if key is None or type(key) is bytes else bytes(key),
-                    headers.get(off, []),
-                    stream,
-                    partition,
-                    off,
-                    ts,
-                )
-                for off, ts, key, payload in rows
-            ]
+                return read_page(conn, stream, partition, from_offset, limit)
 
         return self._guard("read", fetch, stream=stream, partition=partition)
 
@@ -369,25 +332,6 @@ def _retriable(error: exc.SQLAlchemyError) -> bool:
     return not (isinstance(state, str) and state.startswith("54"))
 
 
-def _stored_name(name: str) -> str:
-    """A header name as ``bolide_record_headers.name`` holds it.
-
-    PostgreSQL text cannot hold U+0000, which Kafka header names may: a name holding it (or
-    starting with ``ESCAPED_NAME_MARK``) is stored as the mark followed by the name with ``%``
-    written ``%25`` and U+0000 written ``%00``. Every other name is stored as it is.
-    """
-    if "\x00" not in name and not name.startswith(ESCAPED_NAME_MARK):
-        return name
-    return ESCAPED_NAME_MARK + name.replace("%", "%25").replace("\x00", "%00")
-
-
-def _header_name(stored: str) -> str:
-    """The header name ``_stored_name`` stored as ``stored``."""
-    if not stored.startswith(ESCAPED_NAME_MARK):
-        return stored
-    return _ESCAPES.sub(lambda m: "\x00" if m[1] == "00" else "%", stored[1:])
-
-
 def _parse_url(url: str | URL) -> URL:
     if not isinstance(url, str | URL):
         raise TypeError(f"url must be a str or sqlalchemy URL, not {type(url).__name__}")
@@ -461,7 +405,7 @@ def _rows(
     """Append the insert rows of ``records`` to ``rows`` and ``headers``.
 
     The first occurrence of a (partition, offset) wins; header names are stored escaped where
-    they must be (``_stored_name``).
+    they must be (``stored_name``).
     """
     if isinstance(records, Record) or not isinstance(records, Iterable):
         raise TypeError("records must be a sequence of Record")
@@ -485,7 +429,7 @@ def _rows(
         rows.append((stream, partition, offset, rec.timestamp_ms, rec.key, rec.data))
         if rec.headers:
             headers += [
-                (stream, partition, offset, i, _stored_name(name), value)
+                (stream, partition, offset, i, stored_name(name), value)
                 for i, (name, value) in enumerate(rec.headers)
             ]
 
