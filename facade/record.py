@@ -253,9 +253,18 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
     record.data = msg.value() or b""
     record.key = msg.key()
     if headers:
-        pairs = [(name, value if value is not None else b"") for name, value in headers]
-        record.headers = pairs
-        record.group = group_from_headers(pairs)
+        # A copy (the message keeps its own list); one pass finds the group and any null value.
+        pairs = list(headers)
+        group = None
+        for name, value in pairs:
+            if value is None:  # rare: rebuild with b"" for the nulls
+                pairs = [(n, v if v is not None else b"") for n, v in pairs]
+                group = group_from_headers(pairs)  # type: ignore[arg-type]
+                break
+            if group is None and name == MESSAGE_GROUP_HEADER:
+                group = value.decode(errors="replace")
+        record.headers = pairs  # type: ignore[assignment]  # no null values left
+        record.group = group
     else:
         record.headers = []
         record.group = None
