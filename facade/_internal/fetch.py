@@ -202,37 +202,59 @@ class Fetcher:
         """Deliver plain messages straight into ``out``; anything else goes through ``_accept``.
 
         The common case (no serde, no durable replay, no error) skips the per-record checks;
-        the first message that needs them sends it and the rest to the pending queue.
+        the first message that needs them sends it and the rest to the pending queue. A batch
+        holds runs of one partition's consecutive offsets: the expected offset is kept in a
+        local while a run lasts, and the positions (``read``, next, the gap check's expected)
+        are written once per run, before anything else reads them.
         """
         if not self._plain:
             self.pending.extend(msgs)
             return
         next_offsets, fetched = self._next, self._gaps.expected
         assigned, grouped, topic = self._assigned, self._grouped, self._topic
-        for index, msg in enumerate(msgs):
-            if msg.error() is not None:
-                self.pending.extend(msgs[index:])
-                return
-            partition = msg.partition()
-            if partition is None or (grouped and partition not in assigned):
-                continue
-            expected = fetched.get(partition)
-            record = record_from_message(msg, topic)
-            offset = record.offset
-            if offset is None:
-                continue
-            if expected is not None and offset > expected:
-                try:
-                    refetch = self._refetch_gap(msg)
-                except BaseException:
+        append = out.append
+        run = -1  # partition of the current run (-1: none, or a partition to skip)
+        expected: int | None = None  # next offset expected in the run (None: not known yet)
+        last = -1  # last offset delivered in the run (-1: none yet)
+        try:
+            for index, msg in enumerate(msgs):
+                if msg.error() is not None:
                     self.pending.extend(msgs[index:])
-                    raise
-                if refetch:
-                    self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != partition)
                     return
-            out.append(record)
-            read[partition] = offset
-            next_offsets[partition] = fetched[partition] = offset + 1
+                partition = msg.partition()
+                if partition != run:
+                    if last >= 0:
+                        read[run] = last
+                        next_offsets[run] = fetched[run] = last + 1
+                        last = -1
+                    if partition is None or (grouped and partition not in assigned):
+                        run = -1
+                        continue
+                    run, expected = partition, fetched.get(partition)
+                record = record_from_message(msg, topic)
+                offset = record.offset
+                if offset is None:
+                    continue
+                if expected is not None and offset > expected:
+                    if last >= 0:  # the gap check reads the positions: write the run's first
+                        read[run] = last
+                        next_offsets[run] = fetched[run] = last + 1
+                        last = -1
+                    try:
+                        refetch = self._refetch_gap(msg)
+                    except BaseException:
+                        self.pending.extend(msgs[index:])
+                        raise
+                    if refetch:
+                        self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != run)
+                        return
+                append(record)
+                last = offset
+                expected = offset + 1
+        finally:
+            if last >= 0:
+                read[run] = last
+                next_offsets[run] = fetched[run] = last + 1
 
     def _refetch_gap(self, msg: Message) -> bool:
         """``FetchGaps.refetch``, also dropping what is queued for that partition."""
