@@ -29,7 +29,15 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+)
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -42,7 +50,7 @@ from bolide.facade import (
 )
 from bolide.stores import SqlPositions, SqlStore
 
-__all__ = ["Row", "main", "run"]
+__all__ = ["Row", "bench", "main", "run"]
 
 NAME = "eos"
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -307,6 +315,34 @@ def table(rows: Sequence[Row]) -> str:
             for r in rows
         ],
     )  # fmt: skip
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: the table, and each row as a ratio (no targets)."""
+    params = {
+        "records": 1_000 if context.quick else 20_000,
+        "payload": 100,
+        "txn_size": 500,
+        "batch": 500,
+        "repeat": 1 if context.quick else 2,
+    }
+    rows = run(context.cluster, **params, pg_url=context.pg_url)
+    ratios = [
+        Ratio(
+            NAME,
+            f"{r.measure}" + ("" if r.database == "-" else f" ({r.database})"),
+            r.baseline,
+            "records/s",
+            r.baseline_rec_s,
+            r.eos_rec_s,
+        )
+        for r in rows
+    ]
+    title = (
+        f"exactly-once, {params['records']:,} records of {params['payload']} B; best of "
+        f"{params['repeat']}; {context.broker}"
+    )
+    return Report(title, table(rows), ratios, {"params": params})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
