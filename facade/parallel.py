@@ -180,7 +180,9 @@ class ParallelReceiver(Receiver):
         self._resume_at = max_in_flight // 2
         self._resequencer = resequencer
         self._unoffered: deque[Record] = deque()  # refused by a full resequencer, offered again
-        self._confirm = auto_confirm and subscriber.grouped
+        # Kafka's group offsets only: positions kept in the application's database are
+        # confirmed in its transactions (``metrics().safe`` says how far is finished).
+        self._confirm = auto_confirm and subscriber.grouped and subscriber.config.positions is None
         self._confirmed: dict[int, int] = {}
         self._confirm_lock = threading.Lock()
         self._revoke_wait_s = subscriber.config.lease_timeout_ms / 2000
