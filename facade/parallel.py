@@ -192,7 +192,7 @@ class ParallelReceiver(Receiver):
         self._board = Board(_ORDERINGS[ordering])
         self._runner = Runner(
             self._board,
-            handler,
+            handler if _is_async(handler) else self._handler,  # with telemetry's process span
             retry if retry is not None else Retry(attempts=1),
             dead_letter,
             subscriber.topic,
