@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cpu-records", type=positive_int, default=200_000, help="records of the CPU-free runs"
     )
     parser.add_argument("--repeat", type=positive_int, default=3, help="I/O runs per level")
-    parser.add_argument("--cpu-repeat", type=positive_int, default=5, help="CPU-free runs per side")
+    parser.add_argument("--cpu-repeat", type=positive_int, default=7, help="CPU-free runs per side")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 

@@ -71,8 +71,10 @@ _WAIT_S = 0.05  # while paused: how long the fetch thread waits for work to fini
 #: A plain handler whose calls take less than this on average runs on the fetch thread while
 #: nothing is in flight: handing a record to a worker costs more than such a call.
 _INLINE_BELOW_S = 20e-6
-#: A call on the fetch thread that takes longer hands the rest of its batch to the workers.
+#: Calls on the fetch thread that take longer than this, adding up to more than the budget,
+#: hand the rest of their batch to the workers (one slow call may be the machine's doing).
 _INLINE_SLOW_S = 1e-3
+_INLINE_SLOW_BUDGET_S = 5e-3
 
 
 def new_receiver(
@@ -272,6 +274,7 @@ class ParallelReceiver(Receiver):
         records, board, handler = list(batch), self._board, self._handler
         clock = time.perf_counter
         start = last = clock()
+        slow = 0.0
         for index, record in enumerate(records):
             try:
                 handler(record)
@@ -282,12 +285,14 @@ class ParallelReceiver(Receiver):
                 return
             now = clock()
             if now - last > _INLINE_SLOW_S:
-                self._runner.cost = now - last
-                board.ran(records[: index + 1])
-                board.add(records[index + 1 :])
-                return
+                slow += now - last
+                if slow > _INLINE_SLOW_BUDGET_S:
+                    self._runner.cost = now - last
+                    board.ran(records[: index + 1])
+                    board.add(records[index + 1 :])
+                    return
             last = now
-        board.ran(records)
+        board.ran(records, one_partition=len(self._subscriber._assigned) == 1)
         self._runner.cost += 0.2 * ((last - start) / len(records) - self._runner.cost)
 
     def _take(self, batch: RecordBatch) -> None:

@@ -172,14 +172,18 @@ class Board:
             self.on_ready()
         return count
 
-    def ran(self, records: list[Record]) -> None:
-        """Note records the fetch thread handled itself, in offset order: finished already."""
+    def ran(self, records: list[Record], *, one_partition: bool = False) -> None:
+        """Note records the fetch thread handled itself, in offset order: finished already.
+        ``one_partition``: they all come from one partition (no need to look at each)."""
         if not records:
             return
         with self.cond:
             first: dict[int, Record] = {}
             last: dict[int, int] = {}
-            for record in records:
+            if one_partition:
+                first[records[0].partition or 0] = records[0]
+                last[records[0].partition or 0] = _offset(records[-1])
+            for record in () if one_partition else records:
                 partition = record.partition or 0
                 if partition not in first:
                     first[partition] = record
