@@ -29,7 +29,18 @@ from benchmarks._common import Context, Ratio, broker_cluster, machine_info, rat
 __all__ = ["KNOWN", "available", "main"]
 
 #: Report order of the benchmarks the project has; others found on disk run after them.
-KNOWN = ("facade", "meteor", "store", "spark", "load", "resequencer", "avro", "eos", "telemetry")
+KNOWN = (
+    "facade",
+    "meteor",
+    "store",
+    "spark",
+    "load",
+    "resequencer",
+    "parallel",
+    "avro",
+    "eos",
+    "telemetry",
+)
 
 _HERE = Path(__file__).resolve().parent
 _PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

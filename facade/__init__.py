@@ -42,8 +42,9 @@ from bolide.facade.errors import (
     StreamConfigMismatchError,
     TransactionError,
 )
+from bolide.facade.parallel import ParallelReceiver
 from bolide.facade.publisher import PublishCallback, Publisher
-from bolide.facade.receiver import Receiver
+from bolide.facade.receiver import Receiver, ReceiverMetrics, ReceiverOptions, Retry
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
 from bolide.facade.resequencer.sequence import Reason, sequence_headers
@@ -67,6 +68,7 @@ __all__ = [
     "NotAssignedError",
     "OffsetLoadError",
     "OffsetOutOfRangeError",
+    "ParallelReceiver",
     "ProducerFencedError",
     "PublishCallback",
     "PublishError",
@@ -75,12 +77,15 @@ __all__ = [
     "Reason",
     "Receiver",
     "ReceiverAlreadyAttachedError",
+    "ReceiverMetrics",
+    "ReceiverOptions",
     "Record",
     "RecordBatch",
     "RegisteredSchema",
     "Resequencer",
     "ResequencerFullError",
     "ResequencerMetrics",
+    "Retry",
     "SchemaIncompatibleError",
     "SchemaNotFoundError",
     "SchemaOutOfDateError",

@@ -252,6 +252,9 @@ class DurableSession:
         self._reached: set[int] = set()  # partitions whose position reached the marker
         self._held: list[Record] = []  # live records read before the replay ended
         self._paused: set[int] = set()
+        #: Commit what the last poll delivered at the start of the next one (the application
+        #: has had it). A parallel receiver turns it off: it confirms what is finished.
+        self.commit_delivered = True
         self._replayed_in_poll = 0
         self._handled: dict[int, int] = {}  # positions the application had at the last poll
         self._started: dict[int, int] = {}  # where delivery began on each assigned partition
@@ -344,6 +347,10 @@ class DurableSession:
         if not self.live and self._complete() and self._replayed_in_poll == 0:
             self._go_live()
 
+    def holds_paused(self, partition: int) -> bool:
+        """True while ``partition`` is paused holding live records back until the replay ends."""
+        return partition in self._paused
+
     def admit(self, record: Record) -> bool:
         """Flag a record replayed or live; ``False`` holds a live record until ``on_live``."""
         if self.live:
@@ -379,9 +386,10 @@ class DurableSession:
                 f"durable client {self.durable_id!r} was taken over by another connection",
                 stream=self._topic,
             )
-        # The application has had the previous batch: that much is delivered.
-        self._handled = self._delivered()
-        self._commit(self._handled, asynchronous=True, force=False)
+        if self.commit_delivered:
+            # The application has had the previous batch: that much is delivered.
+            self._handled = self._delivered()
+            self._commit(self._handled, asynchronous=True, force=False)
         self._replayed_in_poll = 0
         if not self.live and not self._complete():
             self._reach_by_position()

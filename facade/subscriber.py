@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -38,7 +38,8 @@ from bolide.facade.errors import (
 )
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.receiver import Receiver, RecordHandler
+from bolide.facade.parallel import ReceiverOptions, new_receiver
+from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
@@ -89,6 +90,8 @@ class Subscriber(Closing):
         self._lock = HookLock()
         self._closed = False
         self._receiver: Receiver | None = None
+        # A parallel receiver's part in a revoke: ``fn(partitions, lost)``, before on_revoke.
+        self._revoke_listener: Callable[[list[int], bool], None] | None = None
         # Updated in place: the fetcher holds the same set.
         self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
         self._positions = Positions(cluster, config, self._consumer, self.partitions, self._report)
@@ -221,12 +224,16 @@ class Subscriber(Closing):
 
     def _lose(self, parts: list[int], *, lost: bool) -> None:
         held = self._assigned & set(parts)
-        hook = self.config.on_revoke
-        if held and hook is not None and not lost:
+        hook, listener = self.config.on_revoke, self._revoke_listener
+        if held and listener is not None and lost:
+            listener(sorted(held), True)
+        if held and (hook is not None or listener is not None) and not lost:
             # Kafka's onPartitionsRevoked: the partitions are still owned, so a confirm in the
             # hook commits (synchronously) before the next owner reads them.
             self._confirms.revoking = True
             try:
+                if listener is not None:
+                    listener(sorted(held), False)
                 self._call_hook(hook, "on_revoke", sorted(held))
             finally:
                 self._confirms.revoking = False
@@ -410,8 +417,19 @@ class Subscriber(Closing):
 
     # -- receiver, errors, lifecycle ----------------------------------------------------------
 
-    def attach_receiver(self, handler: RecordHandler, poll_timeout_ms: int = 100) -> Receiver:
-        """Start a background thread that polls and calls ``handler(record)`` per record.
+    def attach_receiver(
+        self,
+        handler: RecordHandler | AsyncRecordHandler,
+        poll_timeout_ms: int = 100,
+        **options: Unpack[ReceiverOptions],
+    ) -> Receiver:
+        """Start a background receiver that polls and calls ``handler(record)`` per record.
+
+        With the defaults it is one thread calling the handler on one record at a time and
+        confirming nothing; with more ``concurrency``, a ``retry``, a ``dead_letter``, a
+        ``resequencer`` or an ``async def`` handler it is a ``ParallelReceiver``. The options
+        (also ``ordering``, ``auto_confirm``, ``max_in_flight``) are ``ReceiverOptions``,
+        described at ``parallel.new_receiver`` and in docs/parallel.md.
 
         Raises:
             ReceiverAlreadyAttachedError: A receiver is already attached.
@@ -423,7 +441,7 @@ class Subscriber(Closing):
                     "a receiver is already attached", stream=self.topic
                 )
             # Started under the lock: a second caller finds it running.
-            receiver = self._receiver = Receiver(self, handler, poll_timeout_ms)
+            receiver = self._receiver = new_receiver(self, handler, poll_timeout_ms, **options)
             receiver.start()
         return receiver
 

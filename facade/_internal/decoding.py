@@ -6,7 +6,7 @@ from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
 from bolide.facade.errors import SerializationError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
+from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 
 __all__ = ["Decoder"]
 
@@ -62,7 +62,7 @@ class Decoder:
             *record.headers,
             (REASON_HEADER, b"undecodable"),
             (DETAIL_HEADER, str(exc).encode()),
-            ("bolide.source", f"{self._topic}/{record.partition}/{record.offset}".encode()),
+            (SOURCE_HEADER, f"{self._topic}/{record.partition}/{record.offset}".encode()),
         ]
         self._publisher.publish(Record(record.data, key=record.key, headers=headers))
 

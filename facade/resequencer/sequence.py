@@ -32,6 +32,7 @@ __all__ = [
     "REASON_HEADER",
     "SEQUENCE_GROUP_HEADER",
     "SIZE_HEADER",
+    "SOURCE_HEADER",
     "Invalid",
     "Reason",
     "Sequence",
@@ -46,6 +47,8 @@ SIZE_HEADER = "bolide.seq.size"
 NUMBER_HEADER = "bolide.seq.number"
 REASON_HEADER = "bolide.reason"
 DETAIL_HEADER = "bolide.reason.detail"
+#: Where a dead letter came from: ``<stream>/<partition>/<offset>`` of the original record.
+SOURCE_HEADER = "bolide.source"
 
 _SEQ_NAMES = frozenset((SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
 #: More digits than this is not a number anyone means (and keeps int() cheap on hostile input).
@@ -67,6 +70,8 @@ class Reason(enum.StrEnum):
     """The group did not complete within the timeout (``on_timeout="dead_letter"``)."""
     LATE = "late"
     """The record belongs to a group that already timed out."""
+    FAILED = "failed"
+    """A receiver's handler still raised after its last attempt (``Retry``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,10 @@ Modes:
 ``reseq``
     a grouped subscriber feeding a batch resequencer, confirming ``safe_offset`` only;
 ``durable``
-    a durable client, which confirms what it delivered at the start of the next poll.
+    a durable client, which confirms what it delivered at the start of the next poll;
+``parallel``
+    a grouped subscriber with a parallel receiver (key order, random handler latency up to
+    twice ``--delay-ms``), which confirms below its first unfinished record.
 
 Usage: ``python -m tests.reliability.worker MODE BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOP
 [--db URL] [--delay-ms MS] [--max-batch N]``.
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import threading
 import time
 from typing import TextIO
 
@@ -45,7 +50,7 @@ RESEQ_TIMEOUT_S = 3.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="worker")
-    parser.add_argument("mode", choices=("group", "reseq", "durable"))
+    parser.add_argument("mode", choices=("group", "reseq", "durable", "parallel"))
     parser.add_argument("bootstrap")
     parser.add_argument("topic")
     parser.add_argument("partitions", type=int)
@@ -55,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", default=None)
     parser.add_argument("--delay-ms", type=float, default=0.2)
     parser.add_argument("--max-batch", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=16)
     return parser
 
 
@@ -90,7 +96,28 @@ def _line(record: Record) -> str:
     return line + "\n"
 
 
+def run_parallel(args: argparse.Namespace, out: TextIO) -> None:
+    """The ``parallel`` mode: the receiver handles and confirms; this thread only waits."""
+    delay, rng, lock = args.delay_ms / 1000, random.Random(), threading.Lock()
+
+    def handler(record: Record) -> None:
+        time.sleep(rng.random() * 2 * delay)  # the work
+        with lock:
+            out.write(_line(record))
+
+    with _connect(args) as sub:
+        sub.attach_receiver(handler, concurrency=args.concurrency, max_in_flight=200)
+        while not sub.is_assigned():
+            time.sleep(0.05)
+        out.write("READY\n")
+        while not os.path.exists(args.stop):
+            time.sleep(0.05)
+
+
 def run(args: argparse.Namespace, out: TextIO) -> None:
+    if args.mode == "parallel":
+        run_parallel(args, out)
+        return
     delay = args.delay_ms / 1000
     reseq = Resequencer(mode="batch", timeout_s=RESEQ_TIMEOUT_S) if args.mode == "reseq" else None
     confirmed: dict[int, int] = {}

@@ -1,0 +1,152 @@
+"""``Runner``: what a parallel receiver's worker does with a record, and after a failure.
+
+It calls the handler; a failure is retried after ``Retry.delay`` (the record keeps its lane,
+so its key's later records wait), and after the last attempt the record goes to the dead
+letter (a stream's ``Publisher``: the record with ``bolide.reason=failed``, the detail and
+``bolide.source``; or ``fn(record, error)``), or, without one, to the error handler and the
+log. Only then is it finished. A dead letter that fails is reported and tried again later.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any, cast
+
+from bolide.facade._internal.lanes import Board, Item
+from bolide.facade._internal.positions import Report
+from bolide.facade.publisher import Publisher
+from bolide.facade.receiver import AsyncRecordHandler, DeadLetterTarget, RecordHandler, Retry
+from bolide.facade.resequencer.sequence import SOURCE_HEADER, Reason
+from bolide.facade.resequencer.state import letter
+
+__all__ = ["Runner"]
+
+log = logging.getLogger("bolide.facade.parallel")
+
+
+class Runner:
+    """Runs one receiver's handler on the records its workers take from ``board``.
+
+    Attributes:
+        cost: Mean seconds per successful handler call (a moving average), which tells the
+            receiver whether a call is cheaper than handing the record to a worker.
+    """
+
+    def __init__(
+        self,
+        board: Board,
+        handler: RecordHandler | AsyncRecordHandler,
+        retry: Retry,
+        dead_letter: DeadLetterTarget | None,
+        topic: str,
+        report: Report,
+        cost: float,
+    ) -> None:
+        self._board = board
+        self._handler = handler
+        self._retry = retry
+        self._dead_letter = dead_letter
+        self._topic = topic
+        self._report = report
+        self._letter_retry_s = max(retry.max_backoff_s, 1.0)
+        self.cost = cost
+
+    def work(self, item: Item) -> None:
+        error = item.error
+        if error is None:
+            started = time.perf_counter()
+            try:
+                cast(RecordHandler, self._handler)(item.record)
+            except Exception as exc:
+                self.failed(item, exc)
+                return
+            self.cost += 0.05 * (time.perf_counter() - started - self.cost)
+            self._board.finish(item)
+            return
+        self.failed(item, error)
+
+    def failed(self, item: Item, error: BaseException) -> None:
+        """A call failed (or a dead letter is due again): retry, or give the record up."""
+        if item.error is None and isinstance(error, Exception) and self._again(item, error):
+            return
+        pending = self._give_up(item, error)
+        if pending is not None:  # an async dead-letter function under a plain handler
+            self._letter_done(item, TypeError("the dead-letter function returned an awaitable"))
+            if inspect.iscoroutine(pending):
+                pending.close()
+
+    async def work_async(self, item: Item) -> None:
+        error = item.error
+        if error is None:
+            try:
+                await cast(Awaitable[None], self._handler(item.record))
+            except Exception as exc:
+                error = exc
+            else:
+                self._board.finish(item)
+                return
+            if self._again(item, error):
+                return
+        pending = self._give_up(item, error)
+        if pending is not None:
+            try:
+                await pending
+            except Exception as exc:
+                self._letter_done(item, exc)
+            else:
+                self._letter_done(item, None)
+
+    def _again(self, item: Item, error: Exception) -> bool:
+        """Schedule a retry if attempts are left; ``False`` when the record is given up."""
+        item.attempt += 1
+        if item.attempt >= self._retry.attempts:
+            return False
+        log.info("receiver handler raised on %r (attempt %d): %r", item.record, item.attempt, error)
+        self._board.later(item, self._retry.delay(item.attempt))
+        return True
+
+    def _give_up(self, item: Item, error: BaseException) -> Awaitable[Any] | None:
+        """Hand a record that failed its last attempt to the dead letter (or report it); the
+        record is finished once the dead letter took it. Returns what an async dead-letter
+        function still has to do."""
+        item.error = error
+        record, target = item.record, self._dead_letter
+        attempts = max(item.attempt, 1)
+        if target is None:
+            summary = f"receiver handler failed on {record!r} after {attempts} attempts"
+            log.error("%s: %r", summary, error)
+            self._report(summary, error)
+            self._board.finish(item, outcome="failed")
+            return None
+        if isinstance(target, Publisher):
+            detail = f"{type(error).__name__}: {error} (after {attempts} attempts)"
+            dead = letter(record, Reason.FAILED, detail)
+            source = f"{self._topic}/{record.partition}/{record.offset}"
+            dead.headers.append((SOURCE_HEADER, source.encode()))
+            try:
+                target.publish_async(dead, callback=lambda _, exc: self._letter_done(item, exc))
+            except Exception as exc:
+                self._letter_done(item, exc)
+            return None
+        try:
+            result = target(record, error)
+        except Exception as exc:
+            self._letter_done(item, exc)
+            return None
+        if inspect.isawaitable(result):
+            return result
+        self._letter_done(item, None)
+        return None
+
+    def _letter_done(self, item: Item, error: BaseException | None) -> None:
+        if error is None:
+            self._board.finish(item, outcome="dead_lettered")
+            return
+        self._report(
+            f"dead letter for {item.record!r} failed; trying again in {self._letter_retry_s} s",
+            error,
+        )
+        self._board.later(item, self._letter_retry_s, retry=False)

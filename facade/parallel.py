@@ -1,0 +1,507 @@
+"""The parallel receiver: many records in flight on one subscriber, in order per key.
+
+``Subscriber.attach_receiver(handler, concurrency=32, ordering="key", ...)`` starts it (the
+one-thread ``Receiver`` stays for ``concurrency=1`` without retries or dead letters). One
+fetch thread polls the subscriber and puts each record in flight on the ``Board``
+(``_internal/lanes.py``): behind the earlier records of its key ("key": the Kafka key, which is
+the message group), of its partition ("partition"), or of nothing ("unordered"). Worker
+threads, or coroutines on the receiver's own event loop for an ``async def`` handler
+(``_internal/workers.py``), run the handler; a failure is retried with backoff (``Retry``) and
+then sent to the dead letter, or reported, and only then is the record finished.
+
+The fetch thread also confirms (``auto_confirm``): per partition, the highest offset at and
+below which every record is finished (and, with a resequencer, no group is open), as
+Confluent's Parallel Consumer does. It pauses fetching while ``max_in_flight`` records are in
+flight and keeps calling the consumer, so the lease holds (``_internal/throttle.py``). When a
+partition is revoked, its queued records are dropped, running ones get half the lease to
+finish, what is finished is confirmed synchronously while the partition is still owned, and
+the rest is abandoned: never confirmed, read again by the next owner.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, cast
+
+from bolide.facade._internal.lanes import NO_LANE, Board, LaneOf
+from bolide.facade._internal.outcomes import Runner
+from bolide.facade._internal.throttle import Throttle
+from bolide.facade._internal.workers import AsyncWorkers, ThreadWorkers
+from bolide.facade.errors import (
+    DurableClientBusyError,
+    IllegalSubscriberStateError,
+    ResequencerFullError,
+)
+from bolide.facade.publisher import Publisher
+from bolide.facade.receiver import (
+    AsyncRecordHandler,
+    DeadLetterTarget,
+    Ordering,
+    Receiver,
+    ReceiverMetrics,
+    ReceiverOptions,
+    RecordHandler,
+    Retry,
+)
+from bolide.facade.record import Record, RecordBatch
+from bolide.facade.resequencer.core import Resequencer
+from bolide.facade.validate import check_int
+
+if TYPE_CHECKING:
+    from bolide.facade.subscriber import Subscriber
+
+__all__ = ["DeadLetterTarget", "Ordering", "ParallelReceiver", "ReceiverOptions", "new_receiver"]
+
+log = logging.getLogger(__name__)
+
+
+_ORDERINGS: dict[str, LaneOf] = {
+    "key": lambda record: record.key,
+    "partition": lambda record: 0,
+    "unordered": lambda record: NO_LANE,
+}
+_STOP_CHECK_S = 0.1  # longest poll or wait of the fetch thread: a stop is seen within it
+_CONFIRM_EVERY_S = 0.1  # confirms are sent at most this often (and on revoke and close)
+_WAIT_S = 0.05  # while paused: how long the fetch thread waits for work to finish
+#: A plain handler whose calls take less than this on average runs on the fetch thread while
+#: nothing is in flight: handing a record to a worker costs more than such a call.
+_INLINE_BELOW_S = 20e-6
+#: Calls on the fetch thread that take longer than this, adding up to more than the budget,
+#: hand the rest of their batch to the workers (one slow call may be the machine's doing).
+_INLINE_SLOW_S = 1e-3
+_INLINE_SLOW_BUDGET_S = 5e-3
+
+
+def new_receiver(
+    subscriber: Subscriber,
+    handler: RecordHandler | AsyncRecordHandler,
+    poll_timeout_ms: int,
+    *,
+    concurrency: int = 1,
+    ordering: Ordering = "key",
+    retry: Retry | None = None,
+    dead_letter: DeadLetterTarget | None = None,
+    auto_confirm: bool = True,
+    max_in_flight: int = 10_000,
+    resequencer: Resequencer | None = None,
+) -> Receiver:
+    """The receiver ``Subscriber.attach_receiver`` starts.
+
+    The one-thread ``Receiver`` (which confirms nothing by itself) for ``concurrency=1`` with
+    no retry, dead letter, resequencer or ``async def`` handler; else a ``ParallelReceiver``.
+
+    Args:
+        subscriber: What to read.
+        handler: ``fn(record)``, or an ``async def`` run on the receiver's own event loop.
+        poll_timeout_ms: Longest wait of one poll (at most 100 ms is waited at a time).
+        concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer:
+            See ``ReceiverOptions``.
+
+    Raises:
+        TypeError, ValueError: A bad argument.
+    """
+    _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
+    simple = retry is None and dead_letter is None and resequencer is None
+    if concurrency == 1 and simple and not _is_async(handler):
+        return Receiver(subscriber, cast(RecordHandler, handler), poll_timeout_ms)
+    return ParallelReceiver(
+        subscriber,
+        handler,
+        poll_timeout_ms,
+        concurrency=concurrency,
+        ordering=ordering,
+        retry=retry,
+        dead_letter=dead_letter,
+        auto_confirm=auto_confirm,
+        max_in_flight=max_in_flight,
+        resequencer=resequencer,
+    )
+
+
+def _check(
+    concurrency: object,
+    ordering: object,
+    retry: object,
+    dead_letter: object,
+    auto_confirm: object,
+    max_in_flight: object,
+    resequencer: object,
+) -> None:
+    """Refuse bad receiver options, whichever receiver they are for."""
+    check_int("concurrency", concurrency, minimum=1, maximum=4_096)
+    if ordering not in _ORDERINGS:
+        raise ValueError(f"ordering must be 'key', 'partition' or 'unordered', not {ordering!r}")
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a Retry or None, not {type(retry).__name__}")
+    if dead_letter is not None and not (
+        isinstance(dead_letter, Publisher) or callable(dead_letter)
+    ):
+        raise TypeError("dead_letter must be a Publisher, a callable(record, error) or None")
+    if not isinstance(auto_confirm, bool):
+        raise TypeError(f"auto_confirm must be a bool, not {type(auto_confirm).__name__}")
+    check_int("max_in_flight", max_in_flight, minimum=1)
+    if resequencer is not None and not isinstance(resequencer, Resequencer):
+        raise TypeError("resequencer must be a Resequencer or None")
+
+
+def _is_async(handler: object) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 (async __call__ of an object)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+class ParallelReceiver(Receiver):
+    """Polls a subscriber and runs ``handler`` on up to ``concurrency`` records at once.
+
+    Built by ``Subscriber.attach_receiver``; see that method for the arguments. ``metrics()``
+    tells how far it got; ``close(timeout_s)`` stops fetching, lets in-flight records finish
+    until the deadline, abandons the rest (unconfirmed), confirms and stops.
+    """
+
+    def __init__(
+        self,
+        subscriber: Subscriber,
+        handler: RecordHandler | AsyncRecordHandler,
+        poll_timeout_ms: int,
+        *,
+        concurrency: int,
+        ordering: Ordering,
+        retry: Retry | None,
+        dead_letter: DeadLetterTarget | None,
+        auto_confirm: bool,
+        max_in_flight: int,
+        resequencer: Resequencer | None,
+    ) -> None:
+        super().__init__(subscriber, cast(RecordHandler, handler), poll_timeout_ms)
+        _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
+        self._max_in_flight = max_in_flight
+        self._resume_at = max_in_flight // 2
+        self._resequencer = resequencer
+        self._unoffered: deque[Record] = deque()  # refused by a full resequencer, offered again
+        # Kafka's group offsets only: positions kept in the application's database are
+        # confirmed in its transactions (``metrics().safe`` says how far is finished).
+        self._confirm = auto_confirm and subscriber.grouped and subscriber.config.positions is None
+        self._confirmed: dict[int, int] = {}
+        self._confirm_lock = threading.Lock()
+        self._revoke_wait_s = subscriber.config.lease_timeout_ms / 2000
+        self._deadline = math.inf  # of close: in-flight work left after it is abandoned
+        self._paused = False
+        self._inline = resequencer is None and not _is_async(handler)
+        self._board = Board(_ORDERINGS[ordering])
+        self._runner = Runner(
+            self._board,
+            handler if _is_async(handler) else self._handler,  # with telemetry's process span
+            retry if retry is not None else Retry(attempts=1),
+            dead_letter,
+            subscriber.topic,
+            subscriber._report,
+            cost=10 * _INLINE_BELOW_S,  # until calls are measured: hand records to workers
+        )
+        name = f"bolide-worker-{subscriber.stream.name}"
+        self._workers: ThreadWorkers | AsyncWorkers
+        if _is_async(handler):
+            self._workers = AsyncWorkers(self._board, self._runner.work_async, concurrency, name)
+        else:
+            self._workers = ThreadWorkers(self._board, self._runner.work, concurrency, name)
+        sub = subscriber
+        self._throttle = Throttle(
+            sub._consumer, sub.topic, sub._assigned, sub._positions, sub._durable, sub._lock
+        )
+
+    def start(self) -> None:
+        """Start the workers and the fetch thread."""
+        sub = self._subscriber
+        sub._revoke_listener = self._on_revoke
+        if sub._durable is not None:
+            sub._durable.commit_delivered = False  # a poll no longer means the records are done
+        self._workers.start()
+        super().start()
+
+    # -- the fetch thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._fetch()
+        finally:
+            if not self._stop.is_set():  # ended on its own (the durable id was taken over)
+                self._deadline = min(self._deadline, time.monotonic() + 30.0)
+            self._drain()
+
+    def _fetch(self) -> None:
+        sub, board, reseq = self._subscriber, self._board, self._resequencer
+        poll_ms = min(self._poll_timeout_ms, int(_STOP_CHECK_S * 1000))
+        confirmed_at = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if self._confirm and now - confirmed_at >= _CONFIRM_EVERY_S:
+                confirmed_at = now
+                self._confirm_safe()
+            if reseq is not None:
+                self._offer_unoffered()
+                board.add(reseq.tick(), taken=True)
+            in_flight = board.in_flight + len(self._unoffered)
+            if in_flight >= self._max_in_flight or (self._paused and in_flight > self._resume_at):
+                self._pause()
+                continue
+            if self._paused:
+                self._paused = False
+                self._throttle.release()
+            try:
+                batch = sub.poll(poll_ms)
+            except DurableClientBusyError as exc:
+                sub._report("receiver stopped: the durable id is taken", exc)
+                return
+            except Exception as exc:
+                if self._stop.is_set() or sub.closed:
+                    return
+                sub._report("receiver poll failed", exc)
+                self._stop.wait(max(self._poll_timeout_ms / 1000, _STOP_CHECK_S))
+                continue
+            if not batch:
+                continue
+            if self._inline and self._runner.cost < _INLINE_BELOW_S and not board.in_flight:
+                self._run_here(batch)
+            else:
+                self._take(batch)
+
+    def _run_here(self, batch: RecordBatch) -> None:
+        """Handle a batch on the fetch thread (cheap calls, nothing in flight): the order of
+        any ``ordering`` holds. A failure, or a slow call, hands the rest to the workers."""
+        records, board, handler = list(batch), self._board, self._handler
+        clock = time.perf_counter
+        start = last = clock()
+        slow = 0.0
+        for index, record in enumerate(records):
+            try:
+                handler(record)
+            except Exception as exc:
+                board.ran(records[:index])
+                self._runner.failed(board.claim(record), exc)
+                board.add(records[index + 1 :])
+                return
+            now = clock()
+            if now - last > _INLINE_SLOW_S:
+                slow += now - last
+                if slow > _INLINE_SLOW_BUDGET_S:
+                    self._runner.cost = now - last
+                    board.ran(records[: index + 1])
+                    board.add(records[index + 1 :])
+                    return
+            last = now
+        board.ran(records, one_partition=len(self._subscriber._assigned) == 1)
+        self._runner.cost += 0.2 * ((last - start) / len(records) - self._runner.cost)
+
+    def _take(self, batch: RecordBatch) -> None:
+        reseq, board = self._resequencer, self._board
+        if reseq is None:
+            board.add(batch)
+            return
+        board.taken(batch)
+        released: list[Record] = []
+        records = list(batch)
+        for index, record in enumerate(records):
+            try:
+                released += reseq.offer(record)
+            except ResequencerFullError:
+                self._unoffered.extend(records[index:])
+                break
+        board.add(released, taken=True)
+
+    def _offer_unoffered(self) -> None:
+        reseq, waiting = self._resequencer, self._unoffered
+        assert reseq is not None
+        released: list[Record] = []
+        while waiting:
+            try:
+                released += reseq.offer(waiting[0])
+            except ResequencerFullError:
+                break
+            waiting.popleft()
+        self._board.add(released, taken=True)
+
+    def _pause(self) -> None:
+        """Stop fetching, keep the lease, wait a little for work to finish."""
+        if not self._paused:
+            self._paused = True
+            log.debug("receiver of %s paused: %d in flight", self._subscriber.topic, self._in())
+        self._throttle.hold()
+        self._serve()
+        self._board.wait_below(self._resume_at + 1, _WAIT_S)
+
+    def _serve(self) -> None:
+        """Call the consumer without taking records: rebalances run, the lease holds."""
+        sub = self._subscriber
+        if sub.grouped and not sub.closed:
+            try:
+                sub.is_assigned()
+            except Exception as exc:
+                if not sub.closed:
+                    sub._report("receiver poll failed", exc)
+
+    def _in(self) -> int:
+        return self._board.in_flight + len(self._unoffered)
+
+    def _drain(self) -> None:
+        """Closing: finish in-flight work until the deadline, abandon the rest, confirm."""
+        board, sub = self._board, self._subscriber
+        self._unoffered.clear()  # never started: the next reader reads them again
+        try:
+            self._throttle.hold()
+            confirmed_at = time.monotonic()
+            while board.in_flight > 0 and time.monotonic() < self._deadline:
+                self._throttle.hold()  # partitions assigned meanwhile too
+                self._serve()
+                board.wait_below(1, min(_WAIT_S, max(0.0, self._deadline - time.monotonic())))
+                if self._confirm and time.monotonic() - confirmed_at >= _CONFIRM_EVERY_S:
+                    confirmed_at = time.monotonic()
+                    self._confirm_safe()
+            board.stop()
+            if self._confirm:
+                self._confirm_safe()
+            if board.in_flight > 0:
+                self._workers.cancel()
+                log.warning(
+                    "receiver of %s closed with %d records unfinished; they are not confirmed",
+                    sub.topic,
+                    board.in_flight,
+                )
+            board.abandon_all()
+            self._throttle.release()
+        finally:
+            board.stop()
+            sub._revoke_listener = None
+            if sub._durable is not None:
+                sub._durable.commit_delivered = True
+
+    # -- confirms and revokes ----------------------------------------------------------------
+
+    def _safe(self, partition: int, safe: int | None) -> int | None:
+        reseq = self._resequencer
+        if reseq is None or safe is None:
+            return safe
+        held = reseq.safe_offset(partition)
+        return None if held is None else min(safe, held)
+
+    def _confirm_safe(self, only: dict[int, int | None] | None = None) -> None:
+        """Confirm each partition's safe offset (or ``only``'s) if it moved."""
+        sub = self._subscriber
+        with self._confirm_lock:
+            if only is None:
+                with self._board.lock:
+                    only = {p: t.safe() for p, t in self._board.tracks.items()}
+                only = {p: self._safe(p, s) for p, s in only.items()}
+            held = sub._assigned
+            for partition, safe in only.items():
+                if safe is None or safe <= self._confirmed.get(partition, -1):
+                    continue
+                if partition not in held:
+                    continue  # given up meanwhile (a deactivate from another thread)
+                try:
+                    sub.confirm(safe, partition=partition)
+                except ValueError:
+                    continue  # repositioned since: that offset is no longer this reader's
+                except IllegalSubscriberStateError:
+                    return  # closed or deactivated
+                self._confirmed[partition] = safe
+
+    def _on_revoke(self, partitions: list[int], lost: bool) -> None:
+        """The subscriber gives ``partitions`` up (``lost``: another member may own them)."""
+        try:
+            self._revoke(partitions, lost)
+        except Exception as exc:
+            self._subscriber._report("receiver failed to give up partitions", exc)
+
+    def _revoke(self, partitions: list[int], lost: bool) -> None:
+        board, reseq = self._board, self._resequencer
+        self._throttle.forget(partitions)
+        held: dict[int, int | None] = {}
+        if reseq is not None:
+            for p in partitions:
+                held[p] = reseq.safe_offset(p)
+                reseq.forget(p)
+            gone = set(partitions)
+            self._unoffered = deque(r for r in self._unoffered if r.partition not in gone)
+        with self._confirm_lock:  # no confirm of these partitions from a stale snapshot
+            tracks = [t for p in partitions if (t := board.revoke(p)) is not None]
+        if not lost and tracks:
+            # A handler that closes its subscriber revokes from a worker: its own record
+            # cannot finish while it waits, so it does not wait.
+            wait_s = 0.0 if self._workers.owns(threading.current_thread()) else self._revoke_wait_s
+            deadline = min(time.monotonic() + wait_s, self._deadline)
+            for track in tracks:
+                board.wait_idle(track, max(0.0, deadline - time.monotonic()))
+            if self._confirm:
+                final: dict[int, int | None] = {}
+                for track in tracks:
+                    safe = track.safe()
+                    if reseq is not None:
+                        limit = held.get(track.partition)
+                        safe = None if safe is None or limit is None else min(safe, limit)
+                    final[track.partition] = safe
+                self._confirm_safe(final)  # synchronous: the partitions are still owned
+        for track in tracks:
+            board.settle(track)
+        with self._confirm_lock:
+            for p in partitions:
+                self._confirmed.pop(p, None)
+
+    # -- public ------------------------------------------------------------------------------
+
+    def metrics(self) -> ReceiverMetrics:
+        """In flight, finished, retried, dead-lettered, failed, abandoned; confirmed and safe
+        offsets per partition."""
+        board = self._board
+        with board.lock:
+            safe = {p: t.safe() for p, t in board.tracks.items()}
+            counts = (
+                board.finished,
+                board.retried,
+                board.dead_lettered,
+                board.failed,
+                board.abandoned,
+            )
+            in_flight = board.in_flight
+        safe = {p: self._safe(p, s) for p, s in safe.items()}
+        with self._confirm_lock:
+            confirmed = dict(self._confirmed)
+        return ReceiverMetrics(
+            in_flight=in_flight + len(self._unoffered),
+            finished=counts[0],
+            retried=counts[1],
+            dead_lettered=counts[2],
+            failed=counts[3],
+            abandoned=counts[4],
+            paused=self._paused,
+            confirmed=confirmed,
+            safe={p: s for p, s in safe.items() if s is not None},
+        )
+
+    def close(self, timeout_s: float | None = 30.0) -> None:
+        """Stop fetching, let in-flight records finish, confirm, and stop.
+
+        Records still unfinished ``timeout_s`` seconds after the call are abandoned: not
+        confirmed, so the next reader of their partition reads them again (async handlers
+        are cancelled; a running plain handler cannot be, and its result is ignored).
+        Called from a handler or a hook, it does not wait; the receiver stops on its own.
+
+        Args:
+            timeout_s: Longest wait; ``None`` waits for every record however long it takes.
+        """
+        if timeout_s is not None:
+            timeout_s = max(0.0, float(timeout_s))
+        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+        self._deadline = min(self._deadline, deadline)
+        self._stop.set()
+        current = threading.current_thread()
+        if current is self._thread or self._workers.owns(current):
+            return
+        if self._thread.is_alive():
+            self._thread.join(None if timeout_s is None else timeout_s + 5.0)
+        self._workers.join(time.monotonic() + (1.0 if timeout_s is not None else 5.0))
+
+    def __repr__(self) -> str:
+        return f"ParallelReceiver(stream={self._subscriber.topic!r}, running={self.running})"
