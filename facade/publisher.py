@@ -180,6 +180,17 @@ class Publisher(Closing):
             self._outstanding.add(delivery)
             self._send(rec, delivery)
 
+    def _offer(self, rec: Record, on_delivery: PublishCallback) -> bool:
+        """``produce`` without waiting for room: ``False`` (nothing accepted) when the local
+        queue is full, so that an asyncio caller waits for room on its loop instead."""
+        with self._accepting(rec):
+            delivery = _Delivery(self, rec, None, on_delivery)
+            self._outstanding.add(delivery)
+            if self._send(rec, delivery, wait=False):
+                return True
+            self._outstanding.discard(delivery)
+            return False
+
     def publish_many(self, records: Iterable[Record | Any]) -> Future[list[int]]:
         """Publish a batch without blocking, with one future for the whole batch.
 
@@ -212,9 +223,12 @@ class Publisher(Closing):
         """The error for a record offered once the publisher is closing."""
         return PublishError("publisher is closed", record=rec, stream=self._topic)
 
-    def _send(self, rec: Record, report: Callable[[Any, Message | None], None]) -> None:
+    def _send(
+        self, rec: Record, report: Callable[[Any, Message | None], None], *, wait: bool = True
+    ) -> bool:
         """Hand one record to the producer; ``report(err, msg)`` gets its answer (also a
-        refusal: the record never reaches the producer)."""
+        refusal: the record never reaches the producer). Without ``wait``, a full local queue
+        returns ``False`` at once and the record is neither sent nor reported."""
         rec.stream = self._topic
         key = rec.key
         if key is None:
@@ -240,17 +254,19 @@ class Publisher(Closing):
                     on_delivery=report,
                     headers=headers,
                 )
-                return
+                return True
             except BufferError:
                 # Back-pressure: the local queue is full. Close ends the wait: the record was
                 # never accepted, so it is refused like any record offered after close.
+                if not wait:
+                    return False
                 if self._closing.is_set():
                     report(_REFUSED, None)
-                    return
+                    return True
                 self._producer.poll(0.01)
             except KafkaException as exc:
                 report(exc.args[0], None)
-                return
+                return True
 
     def _error(self, rec: Record, err: Any) -> PublishError:
         """The ``PublishError`` for a record the broker (or ``close``) did not accept."""

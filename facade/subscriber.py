@@ -16,28 +16,33 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
+from bolide.facade._internal.client import (
+    commit_reporter,
+    consumer_config,
+    group_id,
+    partition_arg,
+)
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.confirms import Confirms
-from bolide.facade._internal.fetch import Fetcher
+from bolide.facade._internal.fetch import Fetcher, Polled
 from bolide.facade._internal.host import SessionHost
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.positions import Positions
-from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig, check_eager
-from bolide.facade.durable import DurableSession, durable_group_id
+from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
     NotAssignedError,
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.kafka import ensure_topic, new_client
 from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch
@@ -74,9 +79,11 @@ class Subscriber(Closing):
         self.stream = config.stream
         self.topic = config.stream.name
         self.grouped = config.grouped
-        self.group_id = self._group_id()
+        self.group_id = group_id(config)
         # Settings are checked when the client is built: a bad one fails before any topic work.
-        self._consumer = new_client(Consumer, self._consumer_config(), "consumer_config")
+        on_commit = commit_reporter(self.topic, self._report)
+        settings = consumer_config(cluster, config, self.group_id, on_commit)
+        self._consumer = new_client(Consumer, settings, "consumer_config")
         try:
             self._setup()
         except BaseException:
@@ -152,35 +159,6 @@ class Subscriber(Closing):
             TELEMETRY.watch(self)
 
     # -- setup ---------------------------------------------------------------------------
-
-    def _group_id(self) -> str:
-        if self.config.durable_id is not None:
-            return durable_group_id(self.config.durable_id)
-        if self.config.group is not None:
-            return self.config.group
-        return f"bolide-ungrouped-{uuid.uuid4().hex}"  # never commits
-
-    def _consumer_config(self) -> dict[str, Any]:
-        lease = self.config.lease_timeout_ms
-        own: dict[str, Any] = {
-            "group.id": self.group_id,
-            "client.id": f"bolide-sub-{self.topic}",
-            # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
-            "auto.offset.reset": "error",
-            "on_commit": self._on_commit,
-            "isolation.level": self.config.isolation,
-        }
-        if self.grouped:
-            own.update(
-                {
-                    "session.timeout.ms": lease,
-                    "max.poll.interval.ms": lease,
-                    "heartbeat.interval.ms": max(100, lease // 10),
-                }
-            )
-        config = self.cluster.client_config(CONSUMER_DEFAULTS, own, self.config.consumer_config)
-        check_eager("Cluster settings", config)
-        return config
 
     def _subscribe(self) -> None:
         self._consumer.subscribe(
@@ -315,16 +293,33 @@ class Subscriber(Closing):
         while True:
             # Wait in slices and let go of the lock between them, so that confirm, seek,
             # is_assigned or close from another thread wait a slice, not the whole timeout.
-            with self._lock:
-                if self._closed and not first:
-                    return RecordBatch()  # closed by another thread while waiting
-                self._check_open()
-                batch = self._fetcher.poll(min(deadline, time.monotonic() + _SLICE_S))
+            polled = self._poll_once(min(deadline, time.monotonic() + _SLICE_S), first=first)
             first = False
+            if polled.error is not None:
+                raise polled.error
+            batch = polled.batch
+            if batch is None:
+                return RecordBatch()  # closed by another thread while waiting
             if batch or time.monotonic() >= deadline:
                 if batch and TELEMETRY is not None:
                     TELEMETRY.delivered(self, batch)
                 return batch
+
+    def _poll_once(self, deadline: float, *, first: bool) -> Polled:
+        """One slice of ``poll``, its outcome kept so that an asyncio poll that was cancelled
+        can give it back (``_give_back``). A subscriber closed by another caller while a poll
+        waits returns nothing; closed before the ``first`` slice, it raises."""
+        with self._lock:
+            if self._closed and not first:
+                return Polled(None, None, {})
+            self._check_open()
+            return self._fetcher.poll_once(deadline)
+
+    def _give_back(self, polled: Polled) -> None:
+        """Undo a ``_poll_once`` whose outcome never reached the application."""
+        with self._lock:
+            if not self._closed:
+                self._fetcher.give_back(polled)
 
     # -- positions and confirms -------------------------------------------------------------
 
@@ -370,13 +365,27 @@ class Subscriber(Closing):
             NotAssignedError: With ``conn``: another subscriber moved the stored position
                 (it took the partition over); roll the transaction back.
         """
+        self._confirm(offset, partition, conn=conn)
+
+    def _confirm(
+        self,
+        offset: int | None,
+        partition: int | None,
+        *,
+        conn: Any = None,
+        read: Mapping[int, int] | None = None,
+    ) -> None:
+        """``confirm``, against ``read``: the last record handed out per partition (an
+        asyncio iteration hands a batch out one record at a time); by default the last
+        record each poll returned."""
         if not self.grouped and conn is None:
             raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
         p = 0
         if offset is not None:
             check_int("offset", offset)
             p = self._partition_arg(partition)
-        positions = self._confirms.targets(offset, p, deactivated=self._fetcher.deactivated)
+        deactivated = self._fetcher.deactivated
+        positions = self._confirms.targets(offset, p, deactivated=deactivated, read=read)
         if not positions:
             return
         if TELEMETRY is not None:
@@ -387,14 +396,6 @@ class Subscriber(Closing):
         """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
         to call once the transaction commits."""
         return self._confirms.for_transaction()
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        if err is not None:
-            self._report(f"confirm failed on {self.topic}: {err.str()}", None)
-            return
-        failed = [tp for tp in partitions if tp.error is not None]
-        if failed:
-            self._report(f"confirm failed on {self.topic}: {failed}", None)
 
     def health(self, *, lag: bool = True) -> Health:
         """Lease held, last poll, lag per held partition (read from the log ends unless
@@ -461,16 +462,7 @@ class Subscriber(Closing):
         self._lock.call(call)
 
     def _partition_arg(self, partition: int | None) -> int:
-        if partition is None:
-            if self.partitions != 1:
-                raise ValueError(
-                    f"partition is required: {self.topic!r} has {self.partitions} partitions"
-                )
-            return 0
-        check_int("partition", partition)
-        if partition >= self.partitions:
-            raise ValueError(f"partition {partition} does not exist in {self.topic!r}")
-        return partition
+        return partition_arg(self.topic, self.partitions, partition)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,7 +9,7 @@ positions commit with the application's writes, and are read back from there).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -73,18 +73,24 @@ class Confirms:
     # -- what a confirm moves ----------------------------------------------------------------
 
     def targets(
-        self, offset: int | None, partition: int, *, deactivated: bool = False
+        self,
+        offset: int | None,
+        partition: int,
+        *,
+        deactivated: bool = False,
+        read: Mapping[int, int] | None = None,
     ) -> dict[int, int]:
         """The positions (next offsets) a confirm moves to, on partitions held.
 
-        Without ``offset``: after the last record a poll returned, on every partition. A
-        grouped subscriber's partitions it no longer holds are reported and left out; a
-        ``deactivated`` one holds none, and is not told so.
+        Without ``offset``: after the last record a poll returned (or, given ``read``, the
+        last record handed out), on every partition. A grouped subscriber's partitions it no
+        longer holds are reported and left out; a ``deactivated`` one holds none, and is not
+        told so.
 
         Raises:
             ValueError: ``offset`` was never read on ``partition``.
         """
-        last_read = self._positions.last_read
+        last_read = self._positions.last_read if read is None else read
         if offset is None:
             targets = dict(last_read)
         else:

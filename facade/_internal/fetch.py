@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -20,7 +22,23 @@ from bolide.facade.durable import DurableSession
 from bolide.facade.errors import SerializationError
 from bolide.facade.record import Record, RecordBatch, record_from_message
 
-__all__ = ["Fetcher"]
+__all__ = ["Fetcher", "Polled"]
+
+
+@dataclass(slots=True)
+class Polled:
+    """What one poll handed over, kept so that it can be given back (``Fetcher.give_back``).
+
+    Attributes:
+        batch: The records returned; ``None`` when the poll raised, or found the subscriber
+            closed by another caller while it waited.
+        error: What the poll raised, or ``None``.
+        last_read: ``last_read`` as it was before the poll.
+    """
+
+    batch: RecordBatch | None
+    error: Exception | None
+    last_read: dict[int, int]
 
 
 class Fetcher:
@@ -72,10 +90,11 @@ class Fetcher:
         self._plain = self._decoder is None and durable is None
         self._report = report
         self._lease_expired = lease_expired
-        # Raised by the next poll, with the position of the record it consumed (if any).
-        self._deferred: tuple[Exception, tuple[int, int] | None] | None = None
+        # Raised by the next poll, with the positions it counts as read once raised.
+        self._deferred: tuple[Exception, dict[int, int]] | None = None
         self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
         self.last_poll_ms: int | None = None  # epoch ms of the last poll (for health checks)
+        self._returned = 0  # records given back at the head of the queue, delivered first
 
     def poll(self, deadline: float) -> RecordBatch:
         """Gather up to ``max_batch`` records, waiting until ``deadline`` for the first one.
@@ -85,14 +104,15 @@ class Fetcher:
                 was gathered; the records not delivered stay queued.
         """
         self.last_poll_ms = int(time.time() * 1000)
-        if self._deferred is not None:
-            (error, consumed), self._deferred = self._deferred, None
-            if consumed is not None:
-                self._last_read[consumed[0]] = consumed[1]
+        if self._deferred is not None and not self._returned:
+            (error, counted), self._deferred = self._deferred, None
+            self._last_read.update(counted)
             raise error
         if self._durable is not None:
             self._durable.before_poll()
-        limit = self._limit
+        # Records given back come alone before a deferred failure, as they did the first time.
+        limit = self._limit if self._deferred is None else min(self._limit, self._returned)
+        self._returned = 0
         # History joins the queue behind what is already queued, so each partition stays in
         # offset order; its Kafka partitions stay paused until the history ends.
         room = limit - len(self.pending)
@@ -115,7 +135,7 @@ class Fetcher:
             if out:
                 # Deliver what was gathered; the error (and the consumed record's position)
                 # come with the next poll.
-                self._deferred = (exc, consumed)
+                self._deferred = (exc, dict([consumed]) if consumed is not None else {})
                 return RecordBatch(out)
             if consumed is not None:
                 self._last_read[consumed[0]] = consumed[1]
@@ -128,6 +148,35 @@ class Fetcher:
             self._last_read.update(read)
         return RecordBatch(out)
 
+    def poll_once(self, deadline: float) -> Polled:
+        """``poll``, with its outcome kept (a failure included) so that it can be given back."""
+        before = dict(self._last_read)
+        try:
+            return Polled(self.poll(deadline), None, before)
+        except Exception as exc:
+            return Polled(None, exc, before)
+
+    def give_back(self, polled: Polled) -> None:
+        """Undo a poll whose outcome never reached the application (a cancelled asyncio poll).
+
+        Its records are returned first by the next poll, and its failure raised there; until
+        then ``last_read`` (what ``confirm()`` confirms) and the delivery positions are as they
+        were before it, so nothing is lost and no position moves.
+        """
+        records = list(polled.batch or ())
+        moved = {p: o for p, o in self._last_read.items() if polled.last_read.get(p) != o}
+        for p in moved:
+            if p in polled.last_read:
+                self._last_read[p] = polled.last_read[p]
+            else:
+                del self._last_read[p]
+        if polled.error is not None:
+            # Positions it counted as read (an undecodable record) count once it is raised.
+            self._deferred = (polled.error, moved)
+        if records:
+            self._requeue(records)
+            self._returned += len(records)
+
     def serve(self, max_messages: int) -> None:
         """Serve rebalance callbacks; what is read waits in the queue for the next poll."""
         self.pending.extend(self._consumer.consume(max_messages, 0))
@@ -138,15 +187,16 @@ class Fetcher:
         the partition goes next, and fails there again if it still does."""
         self._keep(lambda m: _partition_of(m) not in partitions)
         if self._deferred is not None:
-            error, consumed = self._deferred
-            where = consumed[0] if consumed is not None else getattr(error, "partition", None)
-            if where in partitions:
+            error, counted = self._deferred
+            where: set[int | None] = set(counted) or {getattr(error, "partition", None)}
+            if not where.isdisjoint(partitions):
                 self._deferred = None
 
     def move(self, partition: int, offset: int) -> None:
         """Move ``partition`` to ``offset``; every other partition restarts where delivery
         stands, so what was fetched but not yet delivered is dropped and read again."""
         self.pending.clear()
+        self._returned = 0
         self._positions.move(self._assigned, partition, offset)
 
     def close(self) -> None:
@@ -265,6 +315,7 @@ class Fetcher:
         return True
 
     def _keep(self, wanted: Callable[[Message | Record], bool]) -> None:
+        self._returned = sum(1 for m in islice(self.pending, self._returned) if wanted(m))
         kept = [m for m in self.pending if wanted(m)]
         self.pending.clear()
         self.pending.extend(kept)
