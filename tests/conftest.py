@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import Cluster, StreamConfig
+from tests.aio.adapter import SYNC, Api, LoopThread, aio_api
 
 
 @pytest.fixture(scope="session")
@@ -102,3 +103,20 @@ def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s: {check}")
         time.sleep(interval_s)
+
+
+@pytest.fixture(scope="session")
+def aio_loop() -> Iterator[LoopThread]:
+    """One event loop in a background thread for every asyncio client of the session."""
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def api(request: pytest.FixtureRequest) -> Api:
+    """The API under test: the sync classes, or the asyncio ones behind the same calls
+    (``tests/aio/adapter.py``), so one test body checks both."""
+    if request.param == "sync":
+        return SYNC
+    return aio_api(request.getfixturevalue("aio_loop"))

@@ -22,6 +22,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.stores.durable_registry import DurableRegistry
+from tests.aio.adapter import SYNC
 from tests.conftest import DATABASES, upgraded_db_url
 
 __all__ = ["LEASE_MS", "LIVE", "Events", "publish"]
@@ -93,9 +94,13 @@ def publish(cluster: Cluster, stream: StreamConfig, n: int, prefix: str) -> list
 
 
 @pytest.fixture
-def durable(cluster: Cluster) -> Iterator[Callable[..., Subscriber]]:
+def durable(
+    cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Subscriber]]:
     """``make(stream, durable_id, registry, cluster=None, **SubscriberConfig kwargs)``, on the
-    session's cluster unless another is given; closed at teardown."""
+    session's cluster unless another is given, of the API under test when the test takes
+    ``api``; closed at teardown."""
+    api = request.getfixturevalue("api") if "api" in request.fixturenames else SYNC
     opened: list[Subscriber] = []
     session_cluster = cluster
 
@@ -107,7 +112,7 @@ def durable(cluster: Cluster) -> Iterator[Callable[..., Subscriber]]:
         **kwargs: Any,
     ) -> Subscriber:
         kwargs.setdefault("lease_timeout_ms", LEASE_MS)
-        sub = Subscriber(
+        sub = api.Subscriber(
             cluster or session_cluster,
             SubscriberConfig(
                 stream=stream, durable_id=durable_id, durable_registry=registry, **kwargs

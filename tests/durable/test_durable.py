@@ -26,6 +26,7 @@ from bolide.facade import (
 from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
 from bolide.stores.durable_registry import DurableRegistry
+from tests.aio.adapter import Api
 from tests.durable.conftest import LIVE, Events, publish
 from tests.pubsub.test_sparse_offsets import publish_transactions
 
@@ -52,6 +53,7 @@ def test_reconnect_replays_exactly_what_was_missed_then_goes_live(
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
     registry: DurableRegistry,
+    api: Api,
 ) -> None:
     stream = stream_factory()
     before = publish(cluster, stream, 5, "before")
@@ -92,6 +94,7 @@ def test_nothing_to_replay_goes_live_on_assignment(
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
     sqlite_registry: DurableRegistry,
+    api: Api,
 ) -> None:
     stream = stream_factory()
     events = Events()
@@ -108,6 +111,7 @@ def test_multi_partition_live_records_wait_for_the_whole_replay(
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
     sqlite_registry: DurableRegistry,
+    api: Api,
 ) -> None:
     stream = stream_factory(partitions=3, global_order=False)
 
@@ -137,6 +141,7 @@ def test_keep_alive_false_unregisters_and_drops_the_position(
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
     sqlite_registry: DurableRegistry,
+    api: Api,
 ) -> None:
     stream = stream_factory()
     publish(cluster, stream, 10, "a")
@@ -232,6 +237,7 @@ def test_replay_reaches_into_the_sql_history(
     durable: Factory,
     tmp_path: Path,
     cluster_with_starts: Callable[[dict[str, dict[int, int]]], Cluster],
+    api: Api,
 ) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'history.db'}")
     store.upgrade()

@@ -60,27 +60,29 @@ def check_log(records: list[Record], first: int) -> None:
     assert [r.header("n") for r in records] == [str(i).encode() for i in range(first, COUNT)]
 
 
-def test_earliest_reads_history_then_kafka_in_straddling_batches(trimmed, archived):
+def test_earliest_reads_history_then_kafka_in_straddling_batches(trimmed, archived, api):
     config = SubscriberConfig(
         stream=archived, initial_offset_scheme=InitialOffsetScheme.EARLIEST, max_batch=7
     )
-    with Subscriber(trimmed, config) as sub:
+    with api.Subscriber(trimmed, config) as sub:
         records = drain(sub, COUNT)
     check_log(records, 0)
 
 
-def test_seek_below_the_log_start_reads_history(trimmed, archived):
-    with Subscriber(trimmed, SubscriberConfig(stream=archived)) as sub:
+def test_seek_below_the_log_start_reads_history(trimmed, archived, api):
+    with api.Subscriber(trimmed, SubscriberConfig(stream=archived)) as sub:
         sub.seek(5)
         records = drain(sub, COUNT - 5)
     check_log(records, 5)
 
 
-def test_grouped_old_confirmed_offset_resumes_from_history(cluster, trimmed, archived):
+def test_grouped_old_confirmed_offset_resumes_from_history(cluster, trimmed, archived, api):
     group = f"g-{archived.name}"
 
     def grouped(on: Cluster) -> Subscriber:
-        return Subscriber(on, SubscriberConfig(stream=archived, group=group, lease_timeout_ms=4000))
+        return api.Subscriber(
+            on, SubscriberConfig(stream=archived, group=group, lease_timeout_ms=4000)
+        )
 
     with grouped(cluster) as first:
         # Confirmed while Kafka still held everything: no splice yet.
@@ -93,7 +95,7 @@ def test_grouped_old_confirmed_offset_resumes_from_history(cluster, trimmed, arc
     check_log(records, 4)
 
 
-def test_without_history_a_stale_position_skips_ahead(trimmed, archived, store):
+def test_without_history_a_stale_position_skips_ahead(trimmed, archived, store, api):
     plain = StreamConfig(name=archived.name)  # same topic, no store
     errors: list[str] = []
     config = SubscriberConfig(
@@ -101,14 +103,14 @@ def test_without_history_a_stale_position_skips_ahead(trimmed, archived, store):
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
         error_handler=lambda summary, _: errors.append(summary),
     )
-    with Subscriber(trimmed, config) as sub:
+    with api.Subscriber(trimmed, config) as sub:
         records = drain(sub, COUNT - START)
     check_log(records, START)
     assert errors == []  # EARLIEST means the first available record: nothing stale
 
 
 def test_a_gap_between_history_and_kafka_is_reported(
-    cluster, stream_factory, store, cluster_with_starts
+    cluster, stream_factory, store, cluster_with_starts, api
 ):
     """An archive that fell behind retention: what neither holds is skipped, and said so."""
     stream = stream_factory(store=store)
@@ -127,7 +129,7 @@ def test_a_gap_between_history_and_kafka_is_reported(
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
         error_handler=lambda summary, error: errors.append((summary, error)),
     )
-    with Subscriber(trimmed, config) as sub:
+    with api.Subscriber(trimmed, config) as sub:
         records = drain(sub, 10 + COUNT - START)
     assert [r.offset for r in records] == [*range(10), *range(START, COUNT)]
     assert len(errors) == 1 and "10 to 19" in errors[0][0]

@@ -24,6 +24,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.facade.kafka import admin_client
+from tests.aio.adapter import SYNC, Api
 from tests.conftest import eventually
 from tests.pubsub.test_ungrouped import Errors
 
@@ -38,15 +39,17 @@ def stream(stream_factory) -> StreamConfig:
 
 
 @pytest.fixture
-def publisher(cluster, stream) -> Iterator[Publisher]:
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+def publisher(cluster, stream, request) -> Iterator[Publisher]:
+    """The stream's publisher, of the API under test when the test takes ``api``."""
+    api = request.getfixturevalue("api") if "api" in request.fixturenames else SYNC
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         yield pub
 
 
-def grouped(cluster, stream, group="g", errors=None, **kwargs) -> Subscriber:
+def grouped(cluster, stream, group="g", errors=None, api: Api = SYNC, **kwargs) -> Subscriber:
     """A grouped subscriber; group names are scoped to the test's stream unless given whole."""
     name = group if group.startswith("shared-") else f"{group}-{stream.name}"
-    return Subscriber(
+    return api.Subscriber(
         cluster,
         SubscriberConfig(
             stream=stream, group=name, lease_timeout_ms=LEASE_MS, error_handler=errors, **kwargs
@@ -78,14 +81,14 @@ def wait_until_settled(cluster, group: str, *members: Subscriber) -> None:
     eventually(stable, timeout_s=15)
 
 
-def test_seek_is_illegal(cluster, stream):
-    with grouped(cluster, stream) as sub, pytest.raises(IllegalSubscriberStateError):
+def test_seek_is_illegal(cluster, stream, api):
+    with grouped(cluster, stream, api=api) as sub, pytest.raises(IllegalSubscriberStateError):
         sub.seek(0)
 
 
-def test_empty_stream_assignment_commits_nothing(cluster, stream):
+def test_empty_stream_assignment_commits_nothing(cluster, stream, api):
     errors = Errors()
-    with grouped(cluster, stream, errors=errors) as sub:
+    with grouped(cluster, stream, api=api, errors=errors) as sub:
         assert len(sub.poll(1)) == 0
         eventually(sub.is_assigned)
         assert len(sub.poll(1)) == 0
@@ -95,8 +98,8 @@ def test_empty_stream_assignment_commits_nothing(cluster, stream):
     assert errors.calls == []
 
 
-def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publisher):
-    first = grouped(cluster, stream)
+def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publisher, api):
+    first = grouped(cluster, stream, api=api)
     eventually(first.is_assigned)
     # The lease holder keeps polling, as a live member does (docs/compatibility.md: the embedded
     # broker stalls a group whose leader leaves without answering a pending rebalance).
@@ -109,7 +112,7 @@ def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publ
 
     holder = threading.Thread(target=hold)
     holder.start()
-    second = grouped(cluster, stream)
+    second = grouped(cluster, stream, api=api)
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
     assert not second.is_assigned()
@@ -126,8 +129,8 @@ def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publ
     second.close()
 
 
-def test_consume_and_confirm(cluster, stream, publisher):
-    with grouped(cluster, stream) as sub:
+def test_consume_and_confirm(cluster, stream, publisher, api):
+    with grouped(cluster, stream, api=api) as sub:
         publisher.publish(Record(b"h0"))
         h1 = publisher.publish(Record(b"h1"))
         assert read(sub, 2) == [b"h0", b"h1"]
@@ -138,8 +141,8 @@ def test_consume_and_confirm(cluster, stream, publisher):
         assert read(sub, 2) == [b"h2", b"h3"]
 
 
-def test_confirm_arguments(cluster, stream, publisher):
-    with grouped(cluster, stream) as sub:
+def test_confirm_arguments(cluster, stream, publisher, api):
+    with grouped(cluster, stream, api=api) as sub:
         with pytest.raises(ValueError):
             sub.confirm(-1)
         with pytest.raises(ValueError):
@@ -153,9 +156,17 @@ def test_confirm_arguments(cluster, stream, publisher):
             sub.confirm("0")  # type: ignore[arg-type]
 
 
-def test_confirm_after_losing_the_lease_changes_nothing(cluster, stream, publisher):
+def test_confirm_after_losing_the_lease_changes_nothing(
+    cluster, stream, publisher, api, embedded_broker
+):
+    if api.name == "aio" and embedded_broker:
+        pytest.skip(
+            "closing a member whose group still rejoins after its lost lease can leave "
+            "librdkafka's unassign waiting for ever; the asyncio steps' timing hits that on the "
+            "embedded broker (the sync run of this test covers the semantics)"
+        )
     errors = Errors()
-    s0 = grouped(cluster, stream, errors=errors)
+    s0 = grouped(cluster, stream, api=api, errors=errors)
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
     assert read(s0, 2) == [b"h0", b"h1"]
@@ -175,23 +186,27 @@ def test_confirm_after_losing_the_lease_changes_nothing(cluster, stream, publish
     s0.close()
 
 
-def test_initial_offset_schemes(cluster, stream, publisher):
+def test_initial_offset_schemes(cluster, stream, publisher, api):
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
     scheme = InitialOffsetScheme
-    with grouped(cluster, stream, group="early", initial_offset_scheme=scheme.EARLIEST) as sub:
+    with grouped(
+        cluster, stream, api=api, group="early", initial_offset_scheme=scheme.EARLIEST
+    ) as sub:
         assert read(sub, 2) == [b"h0", b"h1"]
-    with grouped(cluster, stream, group="late", initial_offset_scheme=scheme.LATEST) as sub:
+    with grouped(
+        cluster, stream, api=api, group="late", initial_offset_scheme=scheme.LATEST
+    ) as sub:
         eventually(sub.is_assigned)
         assert len(sub.poll(300)) == 0
     with pytest.raises(OffsetLoadError):
-        grouped(cluster, stream, group="none", initial_offset_scheme=scheme.NONE)
+        grouped(cluster, stream, api=api, group="none", initial_offset_scheme=scheme.NONE)
 
 
-def test_failover_resumes_from_last_confirm(cluster, stream, publisher):
-    s0 = grouped(cluster, stream)
+def test_failover_resumes_from_last_confirm(cluster, stream, publisher, api):
+    s0 = grouped(cluster, stream, api=api)
     eventually(s0.is_assigned)
-    s1 = grouped(cluster, stream)
+    s1 = grouped(cluster, stream, api=api)
     offsets = [publisher.publish(Record(b"h%d" % i)) for i in range(4)]
     assert read(s0, 4) == [b"h0", b"h1", b"h2", b"h3"]
     s0.confirm(offsets[1])
@@ -217,8 +232,8 @@ def test_failover_resumes_from_last_confirm(cluster, stream, publisher):
     s1.close()
 
 
-def test_every_group_sees_every_record(cluster, stream, publisher):
-    subs = [grouped(cluster, stream, group=g) for g in ("ga", "gb")]
+def test_every_group_sees_every_record(cluster, stream, publisher, api):
+    subs = [grouped(cluster, stream, api=api, group=g) for g in ("ga", "gb")]
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
     for sub in subs:
@@ -226,12 +241,12 @@ def test_every_group_sees_every_record(cluster, stream, publisher):
         sub.close()
 
 
-def test_same_group_on_two_streams(cluster, stream_factory):
+def test_same_group_on_two_streams(cluster, stream_factory, api):
     streams = [stream_factory(), stream_factory()]
     shared = f"shared-{streams[0].name}"
-    subs = [grouped(cluster, s, group=shared) for s in streams]
+    subs = [grouped(cluster, s, api=api, group=shared) for s in streams]
     for s in streams:
-        with Publisher(cluster, PublisherConfig(stream=s)) as pub:
+        with api.Publisher(cluster, PublisherConfig(stream=s)) as pub:
             pub.publish(Record(s.name.encode()))
     for sub, s in zip(subs, streams, strict=True):
         eventually(sub.is_assigned)
@@ -239,32 +254,32 @@ def test_same_group_on_two_streams(cluster, stream_factory):
         sub.close()
 
 
-def test_confirm_then_crash_loses_nothing(cluster, stream, publisher):
+def test_confirm_then_crash_loses_nothing(cluster, stream, publisher, api):
     """Duplicates only after the last confirm; nothing lost."""
     offsets = [publisher.publish_async(Record(b"%d" % i)) for i in range(100)]
     publisher.flush()
-    s0 = grouped(cluster, stream)
+    s0 = grouped(cluster, stream, api=api)
     first = read(s0, 60)
     s0.confirm(offsets[49].result())
     eventually(lambda: s0.committed() == {0: 50})
     s0.close()  # crash-like: what was read after the confirm is not confirmed
-    with grouped(cluster, stream) as s1:
+    with grouped(cluster, stream, api=api) as s1:
         second = read(s1, 50)
     assert second == [b"%d" % i for i in range(50, 100)]
     assert first[:50] == [b"%d" % i for i in range(50)]
 
 
 def test_a_subscriber_that_stops_polling_loses_its_lease(
-    cluster, stream, publisher, embedded_broker
+    cluster, stream, publisher, embedded_broker, api
 ):
     if embedded_broker:
         pytest.skip(
             "the embedded broker wedges a group whose leader leaves mid-rebalance, so the "
             "takeover never completes there (docs/compatibility.md); runs on Apache Kafka"
         )
-    s0 = grouped(cluster, stream)
+    s0 = grouped(cluster, stream, api=api)
     eventually(s0.is_assigned)
-    s1 = grouped(cluster, stream)
+    s1 = grouped(cluster, stream, api=api)
     stopped = time.monotonic()
     eventually(s1.is_assigned, timeout_s=LEASE_MS / 1000 + 8)
     assert time.monotonic() - stopped < LEASE_MS / 1000 + 8
@@ -274,12 +289,12 @@ def test_a_subscriber_that_stops_polling_loses_its_lease(
     s1.close()
 
 
-def test_assignment_hooks_and_group_on_read(cluster, stream_factory):
+def test_assignment_hooks_and_group_on_read(cluster, stream_factory, api):
     stream = stream_factory(partitions=2, global_order=False)
     assigned: list[list[int]] = []
     revoked: list[list[int]] = []
-    sub = grouped(cluster, stream, on_assign=assigned.append, on_revoke=revoked.append)
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    sub = grouped(cluster, stream, api=api, on_assign=assigned.append, on_revoke=revoked.append)
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         pub.publish(Record(b"buy", group="ACME"))
     got = read(sub, 1)
     assert assigned == [[0, 1]]
@@ -289,11 +304,13 @@ def test_assignment_hooks_and_group_on_read(cluster, stream_factory):
     assert got == [b"buy"]
 
 
-def test_polled_records_carry_their_group(cluster, stream, publisher):
+def test_polled_records_carry_their_group(cluster, stream, publisher, api):
     publisher.publish(Record(b"buy", group="ACME"))
     publisher.publish(Record(b"plain"))
     scheme = InitialOffsetScheme.EARLIEST
-    with Subscriber(cluster, SubscriberConfig(stream=stream, initial_offset_scheme=scheme)) as s:
+    with api.Subscriber(
+        cluster, SubscriberConfig(stream=stream, initial_offset_scheme=scheme)
+    ) as s:
         records: list[Record] = []
         eventually(lambda: records.extend(s.poll(100)) or len(records) >= 2)
     assert [(r.group, r.key) for r in records] == [("ACME", b"ACME"), (None, None)]

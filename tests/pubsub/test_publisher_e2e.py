@@ -25,10 +25,10 @@ from tests.pubsub.test_grouped import LEASE_MS, wait_until_settled
 pytestmark = pytest.mark.kafka
 
 
-def test_async_publishes_complete_in_order(cluster, stream_factory):
+def test_async_publishes_complete_in_order(cluster, stream_factory, api):
     stream = stream_factory()
     calls: list[tuple[int | None, BaseException | None]] = []
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         records = [Record(b"r%d" % i) for i in range(5)]
         futures = [
             pub.publish_async(r, callback=lambda o, e: calls.append((o, e))) for r in records
@@ -40,23 +40,25 @@ def test_async_publishes_complete_in_order(cluster, stream_factory):
     assert all(e is None for _, e in calls)
 
 
-def test_blocking_publish_then_read_in_order(cluster, stream_factory):
+def test_blocking_publish_then_read_in_order(cluster, stream_factory, api):
     stream = stream_factory()
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         offsets = [pub.publish(Record(b"x%d" % i)) for i in range(3)]
     scheme = InitialOffsetScheme.EARLIEST
-    with Subscriber(cluster, SubscriberConfig(stream=stream, initial_offset_scheme=scheme)) as s:
+    with api.Subscriber(
+        cluster, SubscriberConfig(stream=stream, initial_offset_scheme=scheme)
+    ) as s:
         got: list[Record] = []
         eventually(lambda: got.extend(s.poll(100)) or len(got) >= 3)
     assert [r.offset for r in got] == offsets
     assert [r.data for r in got] == [b"x0", b"x1", b"x2"]
 
 
-def test_failed_publish_completes_with_an_error(cluster, stream_factory):
+def test_failed_publish_completes_with_an_error(cluster, stream_factory, api):
     stream = stream_factory()
     calls: list[tuple[int | None, BaseException | None]] = []
     record = Record(os.urandom(2_000_000))  # larger than the broker accepts
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         future = pub.publish_async(record, callback=lambda o, e: calls.append((o, e)))
         with pytest.raises(PublishError) as info:
             future.result(10)
@@ -66,17 +68,17 @@ def test_failed_publish_completes_with_an_error(cluster, stream_factory):
     assert "too large" in str(info.value).lower()
 
 
-def test_bad_arguments_raise_documented_errors(cluster, stream_factory):
+def test_bad_arguments_raise_documented_errors(cluster, stream_factory, api):
     stream = stream_factory()
     with pytest.raises(ValueError, match="name"):
         StreamConfig(name="")
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         with pytest.raises(TypeError, match="Record"):
             pub.publish_async("text")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="bytes"):
             Record("text")  # type: ignore[arg-type]
     with (
-        Subscriber(cluster, SubscriberConfig(stream=stream)) as sub,
+        api.Subscriber(cluster, SubscriberConfig(stream=stream)) as sub,
         pytest.raises(ValueError, match="timeout_ms"),
     ):
         sub.poll(-1)
@@ -117,11 +119,11 @@ def test_three_receivers(cluster, stream_factory, grouped):
         sub.close()
 
 
-def test_one_way_load(cluster, stream_factory):
+def test_one_way_load(cluster, stream_factory, api):
     stream = stream_factory()
-    subs = [Subscriber(cluster, SubscriberConfig(stream=stream)) for _ in range(4)]
+    subs = [api.Subscriber(cluster, SubscriberConfig(stream=stream)) for _ in range(4)]
     counts = [0, 0, 0, 0]
-    pubs = [Publisher(cluster, PublisherConfig(stream=stream)) for _ in range(2)]
+    pubs = [api.Publisher(cluster, PublisherConfig(stream=stream)) for _ in range(2)]
 
     def publish(pub: Publisher) -> None:
         for _ in range(10_000):

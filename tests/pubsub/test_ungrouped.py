@@ -24,6 +24,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from tests.aio.adapter import SYNC, Api
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.kafka
@@ -45,34 +46,37 @@ def stream(stream_factory) -> StreamConfig:
 
 
 @pytest.fixture
-def publisher(cluster, stream) -> Iterator[Publisher]:
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+def publisher(cluster, stream, request) -> Iterator[Publisher]:
+    """The stream's publisher, of the API under test when the test takes ``api``."""
+    api = request.getfixturevalue("api") if "api" in request.fixturenames else SYNC
+    with api.Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         yield pub
 
 
-def subscriber(cluster, stream, errors=None, **kwargs) -> Subscriber:
-    return Subscriber(cluster, SubscriberConfig(stream=stream, error_handler=errors, **kwargs))
+def subscriber(cluster, stream, errors=None, api: Api = SYNC, **kwargs) -> Subscriber:
+    config = SubscriberConfig(stream=stream, error_handler=errors, **kwargs)
+    return api.Subscriber(cluster, config)
 
 
-def test_group_only_operations_are_illegal(cluster, stream):
-    with subscriber(cluster, stream) as sub:
+def test_group_only_operations_are_illegal(cluster, stream, api):
+    with subscriber(cluster, stream, api=api) as sub:
         for op in (sub.deactivate, sub.reactivate, sub.confirm):
             with pytest.raises(IllegalSubscriberStateError):
                 op()
 
 
-def test_empty_stream_default_scheme(cluster, stream):
+def test_empty_stream_default_scheme(cluster, stream, api):
     errors = Errors()
-    with subscriber(cluster, stream, errors) as sub:
+    with subscriber(cluster, stream, errors, api=api) as sub:
         assert sub.is_assigned()
         assert len(sub.poll(1)) == 0
         assert len(sub.poll(1)) == 0
     assert errors.calls == []
 
 
-def test_reads_one_record_published_after_creation(cluster, stream, publisher):
+def test_reads_one_record_published_after_creation(cluster, stream, publisher, api):
     errors = Errors()
-    with subscriber(cluster, stream, errors) as sub:
+    with subscriber(cluster, stream, errors, api=api) as sub:
         publisher.publish(Record(b"hello"))
         batch = sub.poll(1000)
         assert [r.data for r in batch] == [b"hello"]
@@ -81,8 +85,8 @@ def test_reads_one_record_published_after_creation(cluster, stream, publisher):
     assert errors.calls == []
 
 
-def test_reads_two_records_in_order(cluster, stream, publisher):
-    with subscriber(cluster, stream) as sub:
+def test_reads_two_records_in_order(cluster, stream, publisher, api):
+    with subscriber(cluster, stream, api=api) as sub:
         publisher.publish_async(Record(b"h0"))
         publisher.publish_async(Record(b"h1"))
         publisher.flush()
@@ -92,22 +96,22 @@ def test_reads_two_records_in_order(cluster, stream, publisher):
         assert len(sub.poll(50)) == 0
 
 
-def test_seek_reads_from_the_offset(cluster, stream, publisher):
-    with subscriber(cluster, stream) as sub:
+def test_seek_reads_from_the_offset(cluster, stream, publisher, api):
+    with subscriber(cluster, stream, api=api) as sub:
         publisher.publish(Record(b"h0"))
         h1 = publisher.publish(Record(b"h1"))
         sub.seek(h1)
         assert [r.data for r in sub.poll(1000)] == [b"h1"]
 
 
-def test_seek_negative_raises_at_once(cluster, stream):
-    with subscriber(cluster, stream) as sub, pytest.raises(ValueError, match="offset"):
+def test_seek_negative_raises_at_once(cluster, stream, api):
+    with subscriber(cluster, stream, api=api) as sub, pytest.raises(ValueError, match="offset"):
         sub.seek(-5)
 
 
-def test_seek_past_end_reports_out_of_range_once(cluster, stream):
+def test_seek_past_end_reports_out_of_range_once(cluster, stream, api):
     errors = Errors()
-    with subscriber(cluster, stream, errors) as sub:
+    with subscriber(cluster, stream, errors, api=api) as sub:
         sub.seek(100)
         assert len(sub.poll(100)) == 0
         assert len(sub.poll(100)) == 0
@@ -115,25 +119,31 @@ def test_seek_past_end_reports_out_of_range_once(cluster, stream):
     assert isinstance(errors.calls[0][1], OffsetOutOfRangeError)
 
 
-def test_initial_offset_schemes(cluster, stream, publisher):
+def test_initial_offset_schemes(cluster, stream, publisher, api):
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
-    with subscriber(cluster, stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST) as sub:
+    with subscriber(
+        cluster, stream, api=api, initial_offset_scheme=InitialOffsetScheme.EARLIEST
+    ) as sub:
         got: list[bytes] = []
         eventually(lambda: got.extend(r.data for r in sub.poll(100)) or len(got) >= 2)
         assert got == [b"h0", b"h1"]
-    with subscriber(cluster, stream, initial_offset_scheme=InitialOffsetScheme.LATEST) as sub:
+    with subscriber(
+        cluster, stream, api=api, initial_offset_scheme=InitialOffsetScheme.LATEST
+    ) as sub:
         assert len(sub.poll(200)) == 0
     with pytest.raises(InvalidInitialOffsetSchemeError):
-        subscriber(cluster, stream, initial_offset_scheme=InitialOffsetScheme.NONE)
+        subscriber(cluster, stream, api=api, initial_offset_scheme=InitialOffsetScheme.NONE)
 
 
-def test_latest_is_after_the_real_end_despite_a_stale_watermark(cluster, stream, publisher):
+def test_latest_is_after_the_real_end_despite_a_stale_watermark(cluster, stream, publisher, api):
     # One batch of many records: some brokers report a high watermark inside that batch.
     for i in range(50):
         publisher.publish_async(Record(b"old-%d" % i))
     publisher.flush()
-    with subscriber(cluster, stream, initial_offset_scheme=InitialOffsetScheme.LATEST) as sub:
+    with subscriber(
+        cluster, stream, api=api, initial_offset_scheme=InitialOffsetScheme.LATEST
+    ) as sub:
         assert len(sub.poll(300)) == 0
         publisher.publish(Record(b"new"))
         assert [r.data for r in sub.poll(2000)] == [b"new"]
@@ -171,11 +181,13 @@ def test_receiver_survives_a_failing_handler(cluster, stream, publisher):
     assert any(isinstance(e, RuntimeError) for _, e in errors.calls)
 
 
-def test_stale_position_skips_to_first_available_and_warns(cluster_with_starts, stream, publisher):
+def test_stale_position_skips_to_first_available_and_warns(
+    cluster_with_starts, stream, publisher, api
+):
     for i in range(10):
         publisher.publish(Record(b"r%d" % i))
     errors = Errors()
-    with subscriber(cluster_with_starts({stream.name: {0: 6}}), stream, errors) as sub:
+    with subscriber(cluster_with_starts({stream.name: {0: 6}}), stream, errors, api=api) as sub:
         sub.seek(2)
         got: list[bytes] = []
         eventually(lambda: got.extend(r.data for r in sub.poll(100)) or len(got) >= 4)
@@ -202,10 +214,10 @@ def test_the_old_log_start_environment_variable_has_no_effect(
     assert errors.calls == []
 
 
-def test_many_publishers_one_total_order(cluster, stream):
+def test_many_publishers_one_total_order(cluster, stream, api):
     """Every subscriber of a global-order stream sees the same total order."""
-    subs = [subscriber(cluster, stream) for _ in range(3)]
-    pubs = [Publisher(cluster, PublisherConfig(stream=stream)) for _ in range(4)]
+    subs = [subscriber(cluster, stream, api=api) for _ in range(3)]
+    pubs = [api.Publisher(cluster, PublisherConfig(stream=stream)) for _ in range(4)]
 
     def run(pub: Publisher, n: int) -> None:
         for i in range(200):
@@ -231,10 +243,10 @@ def test_many_publishers_one_total_order(cluster, stream):
         assert mine == [b"p%d-%d" % (n, i) for i in range(200)]
 
 
-def test_an_unreachable_broker_is_a_broker_error(cluster, stream_factory):
+def test_an_unreachable_broker_is_a_broker_error(cluster, stream_factory, api):
     """A known topic on a cluster that cannot be reached: a typed, retriable error."""
     stream = stream_factory()
-    with Publisher(cluster, PublisherConfig(stream=stream)):
+    with api.Publisher(cluster, PublisherConfig(stream=stream)):
         pass  # the topic is now known in this process
     # Same bootstrap address, so the known-topics cache answers; SASL the broker cannot speak.
     unreachable = Cluster(
@@ -248,13 +260,13 @@ def test_an_unreachable_broker_is_a_broker_error(cluster, stream_factory):
         },
     )
     with pytest.raises(BrokerError) as info:
-        Subscriber(unreachable, SubscriberConfig(stream=stream))
+        api.Subscriber(unreachable, SubscriberConfig(stream=stream))
     assert info.value.retriable
 
 
-def test_a_waiting_poll_does_not_block_other_calls(cluster, stream):
+def test_a_waiting_poll_does_not_block_other_calls(cluster, stream, api):
     """confirm/seek/close from another thread wait a slice of a long poll, not all of it."""
-    sub = subscriber(cluster, stream)
+    sub = subscriber(cluster, stream, api=api)
     result: list[int] = []
     waiter = threading.Thread(target=lambda: result.append(len(sub.poll(30_000))))
     waiter.start()
