@@ -40,6 +40,7 @@ KNOWN = (
     "avro",
     "eos",
     "telemetry",
+    "aio",
 )
 
 _HERE = Path(__file__).resolve().parent
