@@ -67,16 +67,19 @@ class AsyncPublisher:
         """
         self._loop = asyncio.get_running_loop()
         self._room = asyncio.Event()
-        await self._strand.run(self._ensure, undo=self._abandon)
+        await self._strand.run(self._create, undo=self._abandon)
         return self
 
-    def _ensure(self) -> Publisher:
-        if self._pub is None:
-            self._pub = Publisher(self.cluster, self.config)
+    def _create(self) -> Publisher | None:
+        """On the strand: a new publisher, or ``None`` when it is open already."""
+        if self._pub is not None:
+            return None
+        self._pub = Publisher(self.cluster, self.config)
         return self._pub
 
-    def _abandon(self, pub: Publisher) -> None:
-        pub.close()
+    def _abandon(self, pub: Publisher | None) -> None:
+        if pub is not None:
+            pub.close()
 
     async def __aenter__(self) -> Self:
         return await self.open()

@@ -80,8 +80,15 @@ class AsyncSubscriber:
 
         Any other call opens it too. A cancelled open leaves nothing open.
         """
-        await self._strand.run(self._ensure, undo=_abandon)
+        await self._strand.run(self._open, undo=_abandon)
         return self
+
+    def _open(self) -> Subscriber | None:
+        """On the strand: the subscriber if this call created it (a cancelled open closes
+        it again), else ``None``."""
+        created = self._sub is None
+        sub = self._ensure()
+        return sub if created else None
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -316,8 +323,9 @@ def _give_back(sub: Subscriber, polled: Polled) -> None:
     sub._give_back(polled)
 
 
-def _abandon(sub: Subscriber) -> None:
-    sub.close()
+def _abandon(sub: Subscriber | None) -> None:
+    if sub is not None:
+        sub.close()
 
 
 class _Held:

@@ -323,3 +323,24 @@ def test_two_hundred_subscribers_share_one_loop_and_a_few_threads(cluster, strea
         assert threads_during - threads_before <= POOL_THREADS
 
     run(main)
+
+
+def test_a_cancelled_open_leaves_nothing_open(cluster, stream_factory):
+    stream = stream_factory()
+
+    async def main() -> None:
+        sub = AsyncSubscriber(cluster, SubscriberConfig(stream=stream))
+        task = asyncio.create_task(sub.open())
+        await asyncio.sleep(0)
+        time.sleep(1.0)  # the open runs on its helper thread meanwhile
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(IllegalSubscriberStateError, match="closed"):
+            await sub.poll(10)  # runs after the cancelled open was undone
+        assert sub.closed
+        async with AsyncSubscriber(cluster, SubscriberConfig(stream=stream)) as again:
+            await again.open()  # a second open of an open subscriber changes nothing
+            assert len(await again.poll(10)) == 0
+
+    run(main)
