@@ -25,7 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Report,
+    broker_cluster,
+    machine_info,
+    markdown_table,
+    positive_int,
+)
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -39,7 +47,7 @@ from bolide.facade import (
 from bolide.facade.aio import AsyncPublisher, AsyncSubscriber
 from bolide.facade.kafka import ensure_topic
 
-__all__ = ["Row", "main", "run", "table"]
+__all__ = ["Row", "bench", "main", "run", "table"]
 
 NAME = "aio"
 PAYLOAD = 100
@@ -391,6 +399,32 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fanout-records", type=positive_int, default=200, help="fan-out records")
     parser.add_argument("--idle-s", type=float, default=3.0, help="quiet time measured")
     return parser
+
+
+#: ``--quick``: tiny counts, a smoke run.
+QUICK = ["--count", "300", "--acked", "5", "--repeat", "1", "--subscribers", "3"]
+QUICK += ["--fanout-records", "3", "--idle-s", "0.2"]
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: the same rows; the throughput rows are the headline ratios
+    (asyncio against the sync API, no target)."""
+    args = _parser().parse_args(QUICK if context.quick else [])
+    rows = run(
+        context.cluster,
+        count=args.count,
+        acked=args.acked,
+        repeat=args.repeat,
+        subscribers=args.subscribers,
+        fanout_records=args.fanout_records,
+        idle_s=args.idle_s,
+        progress=lambda msg: context.say(NAME, msg),
+    )
+    ratios = [
+        Ratio(NAME, r.metric, "sync API", r.unit, r.sync, r.aio) for r in rows if r.higher_is_better
+    ]
+    title = f"asyncio: sync vs asyncio API ({context.broker})"
+    return Report(title, table(rows), ratios, {"rows": [asdict(r) for r in rows]})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

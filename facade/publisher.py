@@ -183,7 +183,9 @@ class Publisher(Closing):
     def _offer(self, rec: Record, on_delivery: PublishCallback) -> bool:
         """``produce`` without waiting for room: ``False`` (nothing accepted) when the local
         queue is full, so that an asyncio caller waits for room on its loop instead."""
-        with self._accepting(rec):
+        with self._gate:
+            if self._closing.is_set():
+                raise self._refused(rec)
             delivery = _Delivery(self, rec, None, on_delivery)
             self._outstanding.add(delivery)
             if self._send(rec, delivery, wait=False):

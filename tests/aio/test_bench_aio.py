@@ -8,10 +8,10 @@ import math
 import pytest
 
 from benchmarks import bench_aio
+from benchmarks._common import Context
 from bolide.facade import Cluster
 
-_TINY = ["--count", "300", "--acked", "5", "--repeat", "1", "--subscribers", "3"]
-_TINY += ["--fanout-records", "3", "--idle-s", "0.2"]
+_TINY = bench_aio.QUICK
 
 
 @pytest.mark.kafka
@@ -39,3 +39,15 @@ def test_aio_benchmark_json_and_table(cluster: Cluster, capsys: pytest.CaptureFi
     ]
     lines = bench_aio.table(rows).splitlines()
     assert "asyncio/sync" in lines[0] and len(lines) == 2 + len(rows)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_aio_benchmark_takes_part_in_run_all(cluster: Cluster) -> None:
+    report = bench_aio.bench(Context(cluster, "the session's broker", quick=True))
+    assert report.title.startswith("asyncio") and "asyncio/sync" in report.table
+    assert {r.metric for r in report.ratios} >= {
+        "publish (no wait per record)",
+        "poll, max_batch=1000",
+    }
+    assert all(r.reference_value > 0 and r.bolide_value > 0 for r in report.ratios)
