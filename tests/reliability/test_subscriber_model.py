@@ -239,7 +239,13 @@ def test_ungrouped_subscriber_against_the_model(cluster, stream_factory):
     )
 
 
-def test_grouped_subscriber_against_the_model(cluster, stream_factory):
+def test_grouped_subscriber_against_the_model(cluster, stream_factory, embedded_broker):
+    if embedded_broker:
+        pytest.skip(
+            "on the embedded broker a member closed while its group still rejoins (after a "
+            "lease lost under load) can leave librdkafka's unassign, called with the GIL held, "
+            "waiting for ever, which freezes the whole test process (docs/compatibility.md)"
+        )
     run_state_machine_as_test(
         lambda: SubscriberMachine(cluster, stream_factory, grouped=True), settings=MODEL
     )
