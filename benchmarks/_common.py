@@ -65,6 +65,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """A benchmark's command-line settings for its JSON document (no output or broker flags)."""
+    return {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}}
+
+
 def percentile(samples: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by linear interpolation between closest ranks."""
     if not samples:

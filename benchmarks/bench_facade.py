@@ -32,6 +32,7 @@ from benchmarks._common import (
     machine_info,
     markdown_table,
     positive_int,
+    settings_of,
     summarize,
 )
 from bolide.facade import (
@@ -573,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "broker": broker,
             "machine": machine_info(),
             "elapsed_s": round(elapsed, 1),
-            "settings": {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}},
+            "settings": settings_of(args),
             "rows": [
                 {**asdict(r), "ratio": r.ratio, "target": r.target, "met": r.met} for r in rows
             ],

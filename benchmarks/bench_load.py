@@ -30,6 +30,7 @@ from benchmarks._common import (
     machine_info,
     markdown_table,
     positive_int,
+    settings_of,
     summarize,
 )
 from bolide.facade import (
@@ -197,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the load benchmark; print a Markdown table (or JSON); return an exit code."""
     args = _parser().parse_args(argv)
-    settings = {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}}
+    settings = settings_of(args)
     with broker_cluster(args.bootstrap) as (cluster, broker):
         print(f"[{NAME}] {settings}", file=sys.stderr, flush=True)
         result = run(

@@ -32,6 +32,7 @@ from benchmarks._common import (
     machine_info,
     markdown_table,
     positive_int,
+    settings_of,
 )
 from bolide.facade import (
     Cluster,
@@ -263,7 +264,7 @@ def _measure(
     headers = ["path", "pass-through rec/s", "resequenced rec/s", "ratio", "target", "met"]
     doc = {
         "elapsed_s": round(elapsed, 1),
-        "settings": {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}},
+        "settings": settings_of(args),
         "end_to_end": e2e,
         "in_memory": memory,
         "ratio": ratio,

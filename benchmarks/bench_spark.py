@@ -36,6 +36,7 @@ from benchmarks._common import (
     machine_info,
     markdown_table,
     positive_int,
+    settings_of,
 )
 from bolide.facade import Cluster, StreamConfig
 from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "broker": broker,
             "machine": machine_info(),
             "elapsed_s": round(elapsed, 1),
-            "settings": {k: v for k, v in vars(args).items() if k not in {"json", "bootstrap"}},
+            "settings": settings_of(args),
             "results": results,
         }
         print(json.dumps(doc, indent=2))
