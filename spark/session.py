@@ -7,6 +7,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from bolide.spark.connector import connector_jars, connector_package
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -33,6 +35,7 @@ def spark_session(
     jars: Sequence[str] | None = None,
     config: Mapping[str, str] | None = None,
     register_source: bool = True,
+    kafka_connector: bool = True,
 ) -> SparkSession:
     """Get or create a SparkSession for bolide jobs.
 
@@ -45,6 +48,9 @@ def spark_session(
         config: Further Spark settings; they override ``LOCAL_SETTINGS`` (applied to
             ``local[...]`` masters only).
         register_source: Also add ``format("bolide")`` to the session.
+        kafka_connector: Add Spark's Kafka connector, so ``format("kafka")`` works: the jars
+            ``bolide fetch spark-kafka`` cached (``spark.jars``), else its package coordinates
+            (``spark.jars.packages``, which Spark resolves from Maven Central at start).
 
     In local mode, Python workers run the interpreter of this process unless
     ``PYSPARK_PYTHON`` says otherwise, so they see the same packages (pyarrow,
@@ -63,12 +69,20 @@ def spark_session(
     if master is not None and master.startswith("local"):
         for key, value in LOCAL_SETTINGS.items():
             builder = builder.config(key, value)
-    if packages:
-        builder = builder.config("spark.jars.packages", ",".join(packages))
+    packages = list(packages)
     if jars is None:
         from bolide.spark._archive import jdbc_jars
 
         jars = jdbc_jars()
+    jars = list(jars)
+    if kafka_connector:
+        cached = connector_jars()
+        if cached is not None:
+            jars += cached
+        elif connector_package() not in packages:
+            packages.append(connector_package())
+    if packages:
+        builder = builder.config("spark.jars.packages", ",".join(packages))
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     for key, value in (config or {}).items():

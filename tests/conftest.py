@@ -70,8 +70,9 @@ def upgraded_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 @pytest.fixture(scope="session")
 def embedded_broker(bolide_backend: tuple[str, Cluster]) -> bool:
-    """True when the tests run on the embedded broker (Tansu), with its deviations."""
-    return bolide_backend[0] == "embedded"
+    """True when the tests run on the embedded Tansu engine, with its deviations
+    (docs/compatibility.md); False on Apache Kafka, embedded or not."""
+    return bolide_backend[0] == "tansu"
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
 """Pytest plugin for bolide users (entry point ``pytest11``), like Meteor's assurance module.
 
 Fixtures:
-    bolide_cluster: a session-wide ``Cluster``: ``BOLIDE_TEST_BOOTSTRAP`` when set, else a
-        testcontainers Kafka when a Docker engine answers, else an ``EmbeddedBroker``.
+    bolide_cluster: a session-wide ``Cluster``: ``BOLIDE_TEST_BOOTSTRAP`` when set, else an
+        ``EmbeddedBroker`` of the engine ``BOLIDE_TEST_ENGINE`` names (``kafka``, ``tansu``),
+        else a testcontainers Kafka when a Docker engine answers, else an ``EmbeddedBroker``
+        with ``engine="auto"`` (Apache Kafka when it can run here, else Tansu).
+    bolide_broker: the session's ``EmbeddedBroker``, or ``None`` on an external or
+        testcontainers Kafka.
     bolide_stream_factory: ``make(name_prefix="s", **stream_kwargs) -> StreamConfig`` with a
         fresh, unique topic name per call.
 """
@@ -18,10 +22,16 @@ from typing import Any
 
 import pytest
 
-from bolide.facade.broker import EmbeddedBroker
+from bolide.facade.broker import EmbeddedBroker, EngineName
 from bolide.facade.config import Cluster, StreamConfig
 
-__all__ = ["bolide_backend", "bolide_cluster", "bolide_stream_factory", "cluster_backend"]
+__all__ = [
+    "bolide_backend",
+    "bolide_broker",
+    "bolide_cluster",
+    "bolide_stream_factory",
+    "cluster_backend",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,27 +76,59 @@ def _docker_kafka() -> Iterator[Cluster] | None:
     return run()
 
 
-def cluster_backend() -> Iterator[tuple[str, Cluster]]:
-    """Yield ``(backend_name, cluster)`` for the best Kafka available, and clean up after."""
+def _embedded(engine: EngineName) -> Iterator[tuple[str, Cluster, EmbeddedBroker | None]]:
+    with EmbeddedBroker(engine=engine) as broker:
+        yield broker.engine, broker.cluster(), broker
+
+
+def _backends() -> Iterator[tuple[str, Cluster, EmbeddedBroker | None]]:
     external = os.environ.get("BOLIDE_TEST_BOOTSTRAP")
     if external:
-        yield "external", Cluster(external)
+        yield "external", Cluster(external), None
         return
+    engine = os.environ.get("BOLIDE_TEST_ENGINE", "")
+    if engine in ("kafka", "tansu"):
+        yield from _embedded(engine)  # type: ignore[arg-type]  # checked just above
+        return
+    if engine not in ("", "auto"):
+        raise pytest.UsageError(f"BOLIDE_TEST_ENGINE must be kafka, tansu or auto, not {engine!r}")
     docker_kafka = _docker_kafka()
     if docker_kafka is not None:
         for cluster in docker_kafka:
-            yield "testcontainers", cluster
+            yield "testcontainers", cluster, None
         return
-    with EmbeddedBroker() as broker:
-        yield "embedded", broker.cluster()
+    yield from _embedded("auto")
+
+
+def cluster_backend() -> Iterator[tuple[str, Cluster]]:
+    """Yield ``(backend_name, cluster)`` for the Kafka chosen (see the module docstring), and
+    clean up after; the name is ``external``, ``testcontainers``, ``kafka`` or ``tansu``."""
+    for name, cluster, _ in _backends():
+        yield name, cluster
 
 
 @pytest.fixture(scope="session")
-def bolide_backend() -> Iterator[tuple[str, Cluster]]:
-    """``(name, cluster)``: name is ``external``, ``testcontainers`` or ``embedded``."""
-    for name, cluster in cluster_backend():
+def _bolide_session_backend() -> Iterator[tuple[str, Cluster, EmbeddedBroker | None]]:
+    for name, cluster, broker in _backends():
         log.info("bolide tests run against the %s broker at %s", name, cluster.bootstrap_servers)
-        yield name, cluster
+        yield name, cluster, broker
+
+
+@pytest.fixture(scope="session")
+def bolide_backend(
+    _bolide_session_backend: tuple[str, Cluster, EmbeddedBroker | None],
+) -> tuple[str, Cluster]:
+    """``(name, cluster)``: name is ``external``, ``testcontainers``, ``kafka`` (the embedded
+    Apache Kafka) or ``tansu`` (the embedded Tansu)."""
+    return _bolide_session_backend[0], _bolide_session_backend[1]
+
+
+@pytest.fixture(scope="session")
+def bolide_broker(
+    _bolide_session_backend: tuple[str, Cluster, EmbeddedBroker | None],
+) -> EmbeddedBroker | None:
+    """The session's embedded broker, or ``None`` when the tests use another Kafka."""
+    return _bolide_session_backend[2]
 
 
 @pytest.fixture(scope="session")

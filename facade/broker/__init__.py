@@ -1,0 +1,212 @@
+"""An embedded broker for development and tests: Apache Kafka (the reference) or Tansu.
+
+``EmbeddedBroker(engine="auto")`` runs Apache Kafka from its official jars when Java 17+ and
+the jars (``bolide fetch kafka``) are here, else the light Tansu engine. One module per engine
+(``apache``, ``tansu``), both behind the ``Engine`` interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from bolide.facade.broker._engine import Engine
+from bolide.facade.broker._process import free_port, port_taken
+from bolide.facade.broker.apache import KafkaEngine, kafka_unavailable
+from bolide.facade.broker.tansu import FETCH_GAP_SETTLE_MS, TansuEngine
+from bolide.facade.config import Cluster
+from bolide.facade.errors import BrokerError
+
+__all__ = ["ENGINES", "FETCH_GAP_SETTLE_MS", "EmbeddedBroker", "EngineName", "resolve_engine"]
+
+log = logging.getLogger(__name__)
+
+EngineName = Literal["auto", "kafka", "tansu"]
+
+#: The engine names ``EmbeddedBroker`` accepts.
+ENGINES: tuple[str, ...] = ("auto", "kafka", "tansu")
+
+
+def resolve_engine(engine: str) -> str:
+    """``"kafka"`` or ``"tansu"`` for ``engine``; ``"auto"`` picks Apache Kafka when it can
+    run here (``$BOLIDE_ENGINE`` overrides the choice).
+
+    Raises:
+        ValueError: An unknown engine name.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "auto":
+        chosen = os.environ.get("BOLIDE_ENGINE", "auto")
+        if chosen in ("kafka", "tansu"):
+            return chosen
+        reason = kafka_unavailable()
+        if reason is None:
+            return "kafka"
+        log.info("embedded broker: Tansu, since %s", reason)
+        return "tansu"
+    return engine
+
+
+class EmbeddedBroker:
+    """Runs an embedded broker on free loopback ports for as long as the context.
+
+    Args:
+        engine: ``"kafka"`` (Apache Kafka, KRaft), ``"tansu"``, or ``"auto"``: Apache Kafka when
+            Java 17+ and its jars are here, else Tansu.
+        brokers: Number of nodes (Apache Kafka only beyond 1); their ids are ``1..brokers``.
+        port: Client port of the first node; a free one when ``None``.
+        log_path: File that receives the (first node's) broker output; a temporary file when
+            ``None``. Other nodes log beside it (``NAME-node2.log``).
+        startup_timeout_s: How long to wait for the broker to answer.
+        heap: Apache Kafka's maximum heap per node (``-Xmx``).
+        broker_settings: Apache Kafka ``server.properties`` entries over the embedded defaults.
+        **cluster_overrides: Settings for the ``Cluster`` that ``cluster()`` returns (librdkafka
+            names, or ``fetch_gap_settle_ms``).
+
+    Raises:
+        BrokerError: The engine cannot run here (the message says why and how to fix it), or
+            ``port`` is taken.
+
+    Only the processes this object started are ever stopped; ``stop`` removes its data.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: EngineName = "auto",
+        brokers: int = 1,
+        port: int | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 90.0,
+        heap: str | None = None,
+        broker_settings: Mapping[str, str] | None = None,
+        **cluster_overrides: Any,
+    ) -> None:
+        if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
+            raise ValueError(f"brokers must be a positive int, got {brokers!r}")
+        if port is not None and port_taken(port):
+            raise BrokerError(f"port {port} is taken on 127.0.0.1; pass port=None for a free one")
+        self.host = "127.0.0.1"
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix="bolide-broker-", suffix=".log")
+            os.close(fd)
+            log_path = name
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self._overrides = cluster_overrides
+        name = resolve_engine(engine)
+        self._engine: Engine
+        if name == "kafka":
+            extra = {"heap": heap} if heap else {}
+            self._engine = KafkaEngine(
+                host=self.host,
+                port=port,
+                brokers=brokers,
+                log_path=self.log_path,
+                settings=dict(broker_settings or {}),
+                **extra,
+            )
+        else:
+            if broker_settings:
+                raise BrokerError("broker_settings apply to the Apache Kafka engine only")
+            self._engine = TansuEngine(
+                host=self.host, port=port or free_port(), brokers=brokers, log_path=self.log_path
+            )
+        self.port = self._engine.port
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs: ``"kafka"`` or ``"tansu"``."""
+        return self._engine.name
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        """The node ids (``1..brokers``)."""
+        return self._engine.node_ids
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the first node (clients discover the others)."""
+        return f"{self.host}:{self.port}"
+
+    def cluster(
+        self,
+        *,
+        log_start_overrides: Mapping[str, Mapping[int, int]] | None = None,
+        **overrides: Any,
+    ) -> Cluster:
+        """A ``Cluster`` pointed at this broker, with what its engine's clients need.
+
+        Args:
+            log_start_overrides: ``{topic: {partition: offset}}``: emulate retention on a
+                broker that cannot trim its log (Tansu): every client of the returned
+                ``Cluster`` takes the partition to start at that offset. On Apache Kafka trim
+                for real instead (``bolide.facade.kafka.delete_records``).
+            **overrides: ``Cluster`` settings over the broker's (librdkafka names, or
+                ``fetch_gap_settle_ms``).
+        """
+        settings = {**self._engine.cluster_settings(), **self._overrides, **overrides}
+        if log_start_overrides is not None:
+            settings["log_start_overrides"] = log_start_overrides
+        return Cluster(self.bootstrap_servers, **settings)
+
+    @property
+    def running(self) -> bool:
+        """True while every node of the broker runs."""
+        return self._engine.running()
+
+    def start(self) -> EmbeddedBroker:
+        """Start the broker (every node) and wait until it answers metadata requests.
+
+        Raises:
+            BrokerError: The engine is missing, exits early (the message has the tail of its
+                log) or does not answer in time.
+        """
+        if not self.running:
+            try:
+                self._engine.start(self.startup_timeout_s)
+            except BaseException:
+                self.stop(5.0)
+                raise
+            log.info("embedded %s broker at %s", self.engine, self.bootstrap_servers)
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the processes this object started (and nothing else); remove their data."""
+        self._engine.stop(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL every node (fault injection); ``start()`` brings it back. Apache Kafka
+        keeps its records across this; Tansu, which holds them in memory, loses them."""
+        self._engine.kill()
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node (fault injection); its data stays for ``start_node``."""
+        self._engine.kill_node(node_id)
+
+    def start_node(self, node_id: int) -> None:
+        """Start a killed node again and wait until it answers."""
+        self._engine.start_node(node_id, self.startup_timeout_s)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (
+            f"EmbeddedBroker({self.bootstrap_servers!r}, engine={self.engine!r}, "
+            f"running={self.running})"
+        )

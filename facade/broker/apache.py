@@ -1,0 +1,316 @@
+"""The Apache Kafka engine: official broker jars in KRaft mode, one JVM per node.
+
+Each node is a combined broker and controller with its storage formatted in a temporary
+folder, listening on free loopback ports. With three nodes the controllers form a quorum and
+the internal topics are replicated three times, so one node can be killed and brought back.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bolide.facade.broker._process import free_port, log_tail, stop_process, wait_ready
+from bolide.facade.broker.jars import KAFKA, KAFKA_VERSION, MIN_JAVA, find_java, java_major
+from bolide.facade.errors import BrokerError
+
+__all__ = ["DEFAULT_HEAP", "KafkaEngine", "kafka_classpath", "kafka_unavailable"]
+
+log = logging.getLogger(__name__)
+
+#: The maximum heap of each node (``-Xmx``).
+DEFAULT_HEAP = "768m"
+
+_LOG4J = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.server.name = kafka.server.BrokerServer
+logger.server.level = INFO
+logger.startup.name = kafka.server.KafkaRaftServer
+logger.startup.level = INFO
+"""
+
+
+def kafka_classpath() -> list[Path] | None:
+    """The broker's jars: ``$BOLIDE_KAFKA_HOME/libs`` (an unpacked Apache Kafka distribution)
+    when set, else the user cache filled by ``bolide fetch kafka``; ``None`` when absent."""
+    home = os.environ.get("BOLIDE_KAFKA_HOME")
+    if home:
+        jars = sorted((Path(home) / "libs").glob("*.jar"))
+        return jars or None
+    return KAFKA.jars()
+
+
+def kafka_unavailable() -> str | None:
+    """Why the Apache Kafka engine cannot run here, or ``None`` when it can."""
+    java = find_java()
+    if java is None:
+        return f"Apache Kafka needs Java {MIN_JAVA}+ and no java was found (set JAVA_HOME)"
+    try:
+        major = java_major(java)
+    except BrokerError as exc:
+        return str(exc)
+    if major < MIN_JAVA:
+        return f"Apache Kafka needs Java {MIN_JAVA}+, and {java} is Java {major} (set JAVA_HOME)"
+    if kafka_classpath() is None:
+        where = os.environ.get("BOLIDE_KAFKA_HOME")
+        if where:
+            return f"BOLIDE_KAFKA_HOME={where} has no libs/*.jar"
+        return (
+            f"the Apache Kafka {KAFKA_VERSION} jars are not in {KAFKA.folder}; "
+            f"fetch them with: {KAFKA.fetch_command}"
+        )
+    return None
+
+
+@dataclass
+class _Node:
+    node_id: int
+    port: int
+    controller_port: int
+    folder: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class KafkaEngine:
+    """``brokers`` Apache Kafka nodes (ids 1..N) in KRaft combined mode."""
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int | None,
+        brokers: int,
+        log_path: Path,
+        heap: str = DEFAULT_HEAP,
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        reason = kafka_unavailable()
+        if reason is not None:
+            raise BrokerError(reason)
+        if brokers < 1:
+            raise ValueError(f"brokers must be at least 1, got {brokers!r}")
+        self.host = host
+        self.log_path = log_path
+        self._heap = heap
+        self._settings = dict(settings or {})
+        self._java = find_java() or "java"
+        self._classpath = os.pathsep.join(str(jar) for jar in kafka_classpath() or [])
+        self._root = Path(tempfile.mkdtemp(prefix="bolide-kafka-"))
+        self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self._nodes: dict[int, _Node] = {}
+        for node_id in range(1, brokers + 1):
+            node_log = log_path if node_id == 1 else log_path.with_name(
+                f"{log_path.stem}-node{node_id}{log_path.suffix}"
+            )
+            self._nodes[node_id] = _Node(
+                node_id=node_id,
+                port=port if (port and node_id == 1) else free_port(),
+                controller_port=free_port(),
+                folder=self._root / f"node-{node_id}",
+                log_path=node_log,
+            )
+        self.port = self._nodes[1].port
+        self._formatted = False
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(self._nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{node.port}" for node in self._nodes.values())
+
+    def running(self) -> bool:
+        return all(node.alive() for node in self._nodes.values())
+
+    # -- configuration -------------------------------------------------------------------
+
+    def _properties(self, node: _Node) -> str:
+        replicas = min(3, len(self._nodes))
+        voters = ",".join(
+            f"{other.node_id}@{self.host}:{other.controller_port}" for other in self._nodes.values()
+        )
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": (
+                f"PLAINTEXT://{self.host}:{node.port},CONTROLLER://{self.host}:{node.controller_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.folder / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "offsets.topic.replication.factor": str(replicas),
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(min(2, replicas)),
+            "transaction.state.log.num.partitions": "10",
+            "share.coordinator.state.topic.replication.factor": str(replicas),
+            "share.coordinator.state.topic.min.isr": str(min(2, replicas)),
+            "share.coordinator.state.topic.num.partitions": "10",
+            # A development broker: groups form at once, short session timeouts are allowed,
+            # and retention and transaction timeouts act within seconds.
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "500",
+            "log.retention.check.interval.ms": "1000",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+            "transaction.remove.expired.transaction.cleanup.interval.ms": "5000",
+            "auto.create.topics.enable": "true",
+        }
+        props.update(self._settings)
+        return "".join(f"{key}={value}\n" for key, value in props.items())
+
+    def _java_args(self, main: str, *args: str, heap: str | None = None) -> list[str]:
+        jvm = [self._java, "-Djava.awt.headless=true", "-XX:+ExitOnOutOfMemoryError"]
+        if heap:
+            jvm += ["-Xms128m", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+        else:
+            jvm += ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        log4j = self._root / "log4j2.properties"
+        return [*jvm, f"-Dlog4j2.configurationFile={log4j}", "-cp", self._classpath, main, *args]
+
+    def _format(self) -> None:
+        """Write every node's properties and format its storage (in parallel: one JVM each)."""
+        self._root.mkdir(parents=True, exist_ok=True)
+        (self._root / "log4j2.properties").write_text(_LOG4J)
+        running: list[tuple[_Node, subprocess.Popen[bytes]]] = []
+        for node in self._nodes.values():
+            node.folder.mkdir(parents=True, exist_ok=True)
+            (node.folder / "server.properties").write_text(self._properties(node))
+            args = self._java_args(
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                self._cluster_id,
+                "--config",
+                str(node.folder / "server.properties"),
+                "--ignore-formatted",
+            )
+            with node.log_path.open("ab") as out:
+                running.append(
+                    (node, subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL))
+                )
+        for node, process in running:
+            if process.wait(120) != 0:
+                raise BrokerError(
+                    f"formatting the storage of Kafka node {node.node_id} failed "
+                    f"(exit {process.returncode}); the end of {node.log_path}:\n"
+                    f"{log_tail(node.log_path)}"
+                )
+        self._formatted = True
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def _launch(self, node: _Node) -> None:
+        if node.alive():
+            return
+        args = self._java_args(
+            "kafka.Kafka", str(node.folder / "server.properties"), heap=self._heap
+        )
+        with node.log_path.open("ab") as out:
+            node.process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        log.info(
+            "Apache Kafka node %d starting on %s:%d (log %s)",
+            node.node_id,
+            self.host,
+            node.port,
+            node.log_path,
+        )
+
+    def _dead(self, nodes: list[_Node]) -> str | None:
+        for node in nodes:
+            if node.process is not None and node.process.poll() is not None:
+                return f"Kafka node {node.node_id} exited with code {node.process.returncode}"
+        return None
+
+    def start(self, timeout_s: float) -> None:
+        if not self._formatted:
+            self._format()
+        nodes = list(self._nodes.values())
+        for node in nodes:
+            self._launch(node)
+        try:
+            wait_ready(
+                self.bootstrap,
+                alive=lambda: self._dead(nodes),
+                brokers=len(nodes),
+                timeout_s=timeout_s,
+                log_path=nodes[0].log_path,
+            )
+        except BrokerError:
+            self.kill()
+            raise
+
+    def start_node(self, node_id: int, timeout_s: float) -> None:
+        node = self._node(node_id)
+        self._launch(node)
+        wait_ready(
+            f"{self.host}:{node.port}",
+            alive=lambda: self._dead([node]),
+            brokers=sum(1 for other in self._nodes.values() if other.alive()),
+            timeout_s=timeout_s,
+            log_path=node.log_path,
+        )
+
+    def stop(self, timeout_s: float) -> None:
+        # Every node at once: a controlled shutdown waits for the others' answers.
+        threads = [
+            threading.Thread(target=stop_process, args=(node.process, timeout_s))
+            for node in self._nodes.values()
+            if node.process is not None
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for node in self._nodes.values():
+            node.process = None
+        shutil.rmtree(self._root, ignore_errors=True)
+        self._formatted = False
+
+    def kill(self) -> None:
+        for node_id in self._nodes:
+            self.kill_node(node_id)
+
+    def kill_node(self, node_id: int) -> None:
+        node = self._node(node_id)
+        process, node.process = node.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def _node(self, node_id: int) -> _Node:
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise ValueError(f"no node {node_id!r}; nodes are {self.node_ids}") from None
+
+    def cluster_settings(self) -> dict[str, Any]:
+        return {}
