@@ -1,9 +1,4 @@
-"""Kafka plumbing shared by publishers, subscribers and tools: client defaults, topics, ends.
-
-The end of a partition is never taken from ListOffsets alone: some brokers (the embedded Tansu
-among them) report a high watermark that points into the last produced batch. ``log_ends``
-confirms the end by reading forward from the reported one until the fetch says end-of-partition.
-"""
+"""Kafka plumbing shared by publishers, subscribers and tools: client defaults, topics, ends."""
 
 from __future__ import annotations
 
@@ -14,9 +9,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from bolide.facade.compat import confirm_ends, stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BrokerError, StreamConfigMismatchError
 
@@ -25,7 +21,6 @@ T = TypeVar("T")
 __all__ = [
     "CONSUMER_DEFAULTS",
     "PRODUCER_DEFAULTS",
-    "FetchGaps",
     "admin_client",
     "admin_config",
     "ensure_topic",
@@ -240,10 +235,10 @@ def log_ends(
     isolation: str | None = None,
     consumer: Consumer | None = None,
 ) -> dict[int, int]:
-    """The true end (next offset to be written) of each partition.
+    """The end (next offset to be written) of each partition.
 
-    Reads forward from the reported high watermark until the fetch reports end-of-partition,
-    so a broker that reports a stale watermark still yields the real end.
+    Kafka's reported high watermark is the end; on a broker whose watermark may point into the
+    last batch (``bolide.facade.compat``) the end is confirmed by reading forward from it.
 
     Args:
         cluster: Where the topic lives.
@@ -262,86 +257,10 @@ def log_ends(
     if consumer is None:
         consumer = probe_consumer(cluster, **({"isolation.level": isolation} if isolation else {}))
     try:
-        ends: dict[int, int] = {}
-        starts: list[TopicPartition] = []
-        for p in parts:
-            low, high = _watermarks(consumer, topic, p, timeout_s, cached=False)
-            ends[p] = max(low, high)
-            # The reported end may point into the last batch: read on from just before it. An
-            # empty-looking partition is read too: a broker may report a last stable offset
-            # below the log start while a transaction is open (the embedded one reports 0).
-            starts.append(TopicPartition(topic, p, max(low, high - 1)))
-        pending = {tp.partition for tp in starts}
-        if not pending:
-            return ends
-        consumer.assign(starts)
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is None:
-                continue
-            err = msg.error()
-            part, offset = msg.partition(), msg.offset()
-            if part is None or offset is None or msg.topic() != topic:
-                continue  # a reused consumer may still hold another topic's fetch
-            if err is None:
-                ends[part] = max(ends[part], offset + 1)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                ends[part] = max(ends[part], offset)
-                pending.discard(part)
-        if pending:
-            raise BrokerError(f"could not confirm the end of {topic!r} partitions {pending}")
-        return ends
+        marks = {p: _watermarks(consumer, topic, p, timeout_s, cached=False) for p in parts}
+        if not stale_watermarks(cluster):
+            return {p: max(low, high) for p, (low, high) in marks.items()}
+        return confirm_ends(consumer, topic, marks, timeout_s)
     finally:
         if own:
             consumer.close()
-
-
-class FetchGaps:
-    """Reads a partition again from the expected offset when a fetch skipped ahead.
-
-    Offsets may be sparse (transaction markers, compaction), but a broker may also answer a
-    fetch before an earlier batch is visible (the embedded one does under concurrent
-    producers). Fetching again from the expected offset tells the two apart: a record that
-    shows up comes next, in order; a gap still there once ``settle_s`` has passed since it was
-    first seen (and at least one fetch again) is a real gap. One instance per topic.
-
-    Attributes:
-        expected: Next offset expected from Kafka, per partition (callers on a hot path may
-            read and advance it themselves, calling ``refetch`` only when a fetch skips ahead).
-    """
-
-    __slots__ = ("_checked", "expected", "settle_s", "topic")
-
-    def __init__(self, topic: str, settle_s: float = 0.0) -> None:
-        self.topic = topic
-        self.settle_s = settle_s
-        self.expected: dict[int, int] = {}
-        self._checked: dict[int, tuple[int, float]] = {}  # partition: (expected, first seen)
-
-    def checking(self, partition: int) -> bool:
-        """True while a skip in ``partition`` is being fetched again."""
-        return partition in self._checked
-
-    def refetch(self, consumer: Consumer, msg: Message) -> bool:
-        """True when ``msg`` skipped ahead and its partition is being fetched again: drop it
-        and whatever else was fetched for that partition."""
-        partition, offset = msg.partition(), msg.offset()
-        if partition is None or offset is None:
-            return False
-        expected = self.expected.get(partition)
-        if expected is None or offset <= expected:
-            self._checked.pop(partition, None)
-            self.expected[partition] = offset + 1
-            return False
-        now = time.monotonic()
-        seen = self._checked.get(partition)
-        if seen is not None and seen[0] == expected:
-            if now - seen[1] >= self.settle_s:
-                del self._checked[partition]
-                self.expected[partition] = offset + 1
-                return False
-        else:
-            self._checked[partition] = (expected, now)
-        consumer.seek(TopicPartition(self.topic, partition, expected))
-        return True

@@ -20,12 +20,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, HistoryStore, StreamConfig
 from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
-    FetchGaps,
     admin_client,
     log_ends,
     log_starts,

@@ -18,12 +18,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
-    FetchGaps,
     ensure_topic,
     log_ends,
     log_starts,

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
+from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
-from bolide.facade.kafka import FetchGaps, log_ends, log_starts
+from bolide.facade.kafka import log_ends, log_starts
 
 __all__ = ["EARLIEST", "Positions", "Report"]
 

@@ -120,8 +120,10 @@ class KafkaEngine:
         self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         self._nodes: dict[int, _Node] = {}
         for node_id in range(1, brokers + 1):
-            node_log = log_path if node_id == 1 else log_path.with_name(
-                f"{log_path.stem}-node{node_id}{log_path.suffix}"
+            node_log = (
+                log_path
+                if node_id == 1
+                else log_path.with_name(f"{log_path.stem}-node{node_id}{log_path.suffix}")
             )
             self._nodes[node_id] = _Node(
                 node_id=node_id,

@@ -1,0 +1,119 @@
+"""Workarounds for brokers that deviate from Apache Kafka: the embedded Tansu engine.
+
+Everything here is off unless the ``Cluster`` turns it on with ``fetch_gap_settle_ms > 0``,
+which only ``EmbeddedBroker(engine="tansu").cluster()`` does by default: on Apache Kafka a
+skip in offsets is a real gap (transaction markers, compaction) and the reported high
+watermark is the end, so the hot path pays nothing for these. The deviations themselves are
+listed in docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from bolide.facade.errors import BrokerError
+
+if TYPE_CHECKING:
+    from bolide.facade.config import Cluster
+
+__all__ = ["FetchGaps", "confirm_ends", "stale_watermarks"]
+
+
+def stale_watermarks(cluster: Cluster) -> bool:
+    """True when ``cluster``'s broker may answer a fetch or a high watermark before its last
+    batch is visible (Tansu), so ends and skips must be confirmed by reading again."""
+    return cluster.fetch_gap_settle_ms > 0
+
+
+def confirm_ends(
+    consumer: Consumer, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float
+) -> dict[int, int]:
+    """The true end of each partition, read forward from its reported ``(low, high)``
+    watermarks until the fetch reports end-of-partition.
+
+    Raises:
+        BrokerError: An end was not confirmed within ``timeout_s``.
+    """
+    ends: dict[int, int] = {}
+    starts: list[TopicPartition] = []
+    for p, (low, high) in marks.items():
+        ends[p] = max(low, high)
+        # The reported end may point into the last batch: read on from just before it. An
+        # empty-looking partition is read too: Tansu may report a last stable offset below the
+        # log start while a transaction is open (it reports 0).
+        starts.append(TopicPartition(topic, p, max(low, high - 1)))
+    pending = {tp.partition for tp in starts}
+    if not pending:
+        return ends
+    consumer.assign(starts)
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        msg = consumer.poll(0.1)
+        if msg is None:
+            continue
+        err = msg.error()
+        part, offset = msg.partition(), msg.offset()
+        if part is None or offset is None or msg.topic() != topic:
+            continue  # a reused consumer may still hold another topic's fetch
+        if err is None:
+            ends[part] = max(ends[part], offset + 1)
+        elif err.code() == KafkaError._PARTITION_EOF:
+            ends[part] = max(ends[part], offset)
+            pending.discard(part)
+    if pending:
+        raise BrokerError(f"could not confirm the end of {topic!r} partitions {pending}")
+    return ends
+
+
+class FetchGaps:
+    """Reads a partition again from the expected offset when a fetch skipped ahead.
+
+    Offsets may be sparse (transaction markers, compaction), but Tansu may also answer a fetch
+    before an earlier batch is visible (under concurrent producers). Fetching again from the
+    expected offset tells the two apart: a record that shows up comes next, in order; a gap
+    still there once ``settle_s`` has passed since it was first seen (and at least one fetch
+    again) is a real gap. With ``settle_s == 0`` (Apache Kafka) every skip is a real gap and
+    nothing is fetched again. One instance per topic.
+
+    Attributes:
+        expected: Next offset expected from Kafka, per partition (callers on a hot path may
+            read and advance it themselves, calling ``refetch`` only when a fetch skips ahead).
+    """
+
+    __slots__ = ("_checked", "expected", "settle_s", "topic")
+
+    def __init__(self, topic: str, settle_s: float = 0.0) -> None:
+        self.topic = topic
+        self.settle_s = settle_s
+        self.expected: dict[int, int] = {}
+        self._checked: dict[int, tuple[int, float]] = {}  # partition: (expected, first seen)
+
+    def checking(self, partition: int) -> bool:
+        """True while a skip in ``partition`` is being fetched again."""
+        return partition in self._checked
+
+    def refetch(self, consumer: Consumer, msg: Message) -> bool:
+        """True when ``msg`` skipped ahead and its partition is being fetched again: drop it
+        and whatever else was fetched for that partition."""
+        partition, offset = msg.partition(), msg.offset()
+        if partition is None or offset is None:
+            return False
+        expected = self.expected.get(partition)
+        if expected is None or offset <= expected or self.settle_s <= 0:
+            self._checked.pop(partition, None)
+            self.expected[partition] = offset + 1
+            return False
+        now = time.monotonic()
+        seen = self._checked.get(partition)
+        if seen is not None and seen[0] == expected:
+            if now - seen[1] >= self.settle_s:
+                del self._checked[partition]
+                self.expected[partition] = offset + 1
+                return False
+        else:
+            self._checked[partition] = (expected, now)
+        consumer.seek(TopicPartition(self.topic, partition, expected))
+        return True
