@@ -53,6 +53,10 @@ __all__ = ["Subscriber"]
 
 log = logging.getLogger(__name__)
 
+#: How long ``close`` serves the group's revocation before closing the consumer anyway.
+_LEAVE_TIMEOUT_S = 10.0
+_LEAVE_BATCH = 500
+
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
 
@@ -512,16 +516,29 @@ class Subscriber(Closing):
             finally:
                 try:
                     if self.grouped:
-                        # librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final)
-                        # when a consumer closes while a re-subscription is still settling;
-                        # leaving the subscription first avoids it. on_revoke still runs in close.
-                        self._consumer.unsubscribe()
-                    self._consumer.close()  # on_revoke runs here, partitions still owned
+                        self._leave_group()
+                    self._consumer.close()
                 finally:
                     self._confirms.close()
                     if self._durable is not None:
                         self._durable.after_close(keep_alive)
                     self._fetcher.close()
+
+    def _leave_group(self) -> None:
+        """Leave the subscriber group and serve the revocation before ``close``.
+
+        librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final) when a consumer
+        closes while a re-subscription is still settling, and an unassign called from a
+        rebalance callback that ``close`` itself serves can wait forever (librdkafka #4884).
+        So the subscription is left first and the revocation (``on_revoke``, partitions still
+        owned) is served by polling here; ``close`` then finds nothing assigned. Records
+        fetched meanwhile are dropped: nothing past the confirmed positions was delivered.
+        """
+        consumer = self._consumer
+        consumer.unsubscribe()
+        deadline = time.monotonic() + _LEAVE_TIMEOUT_S
+        while consumer.assignment() and time.monotonic() < deadline:
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=0.05)
 
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"

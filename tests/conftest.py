@@ -84,14 +84,31 @@ def stream_factory(
 
 
 @pytest.fixture
-def cluster_with_starts(cluster: Cluster) -> Callable[[Mapping[str, Mapping[int, int]]], Cluster]:
+def cluster_with_starts(
+    cluster: Cluster, bolide_backend: tuple[str, Cluster]
+) -> Callable[[Mapping[str, Mapping[int, int]]], Cluster]:
     """``cluster_with_starts({topic: {0: 20}})``: the session's cluster with partition 0 of
-    ``topic`` starting at offset 20, as if a trimming broker had dropped what lies below.
+    ``topic`` starting at offset 20, the records below gone from Kafka.
 
-    The embedded broker never trims its log, so tests of what happens below the log start
-    give their clients such a cluster (``Cluster.log_start_overrides``).
+    On Apache Kafka the log is trimmed for real (DeleteRecords) and the cluster returned as it
+    is; Tansu cannot trim, so there the returned cluster's clients take the log to start there
+    (``Cluster.log_start_overrides``).
     """
-    return lambda starts: cluster.replace(log_start_overrides=starts)
+    if bolide_backend[0] == "tansu":
+        return lambda starts: cluster.replace(log_start_overrides=starts)
+
+    def trim(starts: Mapping[str, Mapping[int, int]]) -> Cluster:
+        from confluent_kafka import TopicPartition
+
+        from bolide.facade.kafka import admin_client
+
+        wanted = [TopicPartition(t, p, o) for t, parts in starts.items() for p, o in parts.items()]
+        admin = admin_client(cluster)  # held: its futures never resolve once it is collected
+        for future in admin.delete_records(wanted, request_timeout=30).values():
+            future.result(timeout=60)
+        return cluster
+
+    return trim
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.05) -> Any:

@@ -30,7 +30,7 @@ from tests.aio.adapter import Api
 from tests.durable.conftest import LIVE, Events, publish
 from tests.pubsub.test_sparse_offsets import publish_transactions
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 Factory = Callable[..., Subscriber]
 

@@ -20,7 +20,7 @@ from bolide.facade import (
 from bolide.stores import Archiver, SqlStore
 from tests.conftest import eventually
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 COUNT, START = 30, 20
 

@@ -28,7 +28,7 @@ from tests.aio.adapter import SYNC, Api
 from tests.conftest import eventually
 from tests.pubsub.test_ungrouped import Errors
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 LEASE_MS = 4000  # the embedded broker's group joins take about half of this
 

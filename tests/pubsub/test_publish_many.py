@@ -18,7 +18,7 @@ from tests.conftest import eventually
 from tests.pubsub.test_publisher_close import broker as broker  # the fixture
 from tests.pubsub.test_publisher_close import orphaned_publisher
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 
 def read_all(cluster, stream, count: int) -> list[Record]:

@@ -22,7 +22,7 @@ from bolide.facade import (
 from tests.conftest import eventually
 from tests.pubsub.test_grouped import LEASE_MS, wait_until_settled
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 
 def test_async_publishes_complete_in_order(cluster, stream_factory, api):

@@ -19,7 +19,7 @@ from bolide.facade.receiver import Receiver
 from tests.conftest import eventually
 from tests.reliability.conftest import committed
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 #: Longer than the ten seconds a subscriber's close used to give its receiver before it
 #: closed the consumer under a handler that was still running.

@@ -21,7 +21,7 @@ from bolide.facade.broker import FETCH_GAP_SETTLE_MS
 from bolide.facade.kafka import ensure_topic
 from tests.conftest import eventually
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 
 def publish_transactions(cluster: Cluster, stream: StreamConfig, count: int, size: int) -> None:

@@ -27,7 +27,7 @@ from bolide.facade import (
 from tests.aio.adapter import SYNC, Api
 from tests.conftest import eventually
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
 
 class Errors:
