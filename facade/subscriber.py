@@ -118,6 +118,7 @@ class Subscriber(Closing):
             report=self._report,
         )
         self._pending: deque[Message | Record] = deque()  # read, not yet delivered
+        self._rebalances = 0  # rebalance callbacks served (see _leave_group)
         # A durable client (GemFire): registry claim, expiry, marker; see bolide.facade.durable.
         self._durable: DurableSession | None = None
         if config.durable_id is not None:
@@ -156,8 +157,11 @@ class Subscriber(Closing):
                 positions = self._positions
                 positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
         except BaseException:
-            if self._durable is not None:
-                self._durable.abort()
+            try:
+                if self._durable is not None:
+                    self._durable.abort()
+            finally:
+                self._consumer.close()  # never subscribed: nothing to revoke
             raise
         if TELEMETRY is not None:
             TELEMETRY.watch(self)
@@ -175,6 +179,7 @@ class Subscriber(Closing):
     # -- lease ------------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         parts = [tp.partition for tp in partitions]
         positions = self._positions
         try:
@@ -197,10 +202,12 @@ class Subscriber(Closing):
             self._lock.call(lambda: self._call_hook(hook, "on_assign", parts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         self._lose([tp.partition for tp in partitions], lost=False)
         consumer.unassign()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         self._lose([tp.partition for tp in partitions], lost=True)
         consumer.unassign()
 
@@ -525,19 +532,26 @@ class Subscriber(Closing):
                     self._fetcher.close()
 
     def _leave_group(self) -> None:
-        """Leave the subscriber group and serve the revocation before ``close``.
+        """Leave the subscriber group, serving its callbacks here rather than in ``close``.
 
-        librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final) when a consumer
-        closes while a re-subscription is still settling, and an unassign called from a
-        rebalance callback that ``close`` itself serves can wait forever (librdkafka #4884).
-        So the subscription is left first and the revocation (``on_revoke``, partitions still
-        owned) is served by polling here; ``close`` then finds nothing assigned. Records
-        fetched meanwhile are dropped: nothing past the confirmed positions was delivered.
+        An unassign called from a rebalance callback that ``close`` itself serves can wait
+        for ever when the group was still joining (librdkafka #4884), and librdkafka aborts
+        the process (an assert in rd_kafka_cgrp_destroy_final) when a consumer closes while a
+        re-subscription is still settling. So a join in flight is finished first, then the
+        subscription is left and its revocation (``on_revoke``, partitions still owned) is
+        served by polling; ``close`` finds nothing left to revoke. Records fetched meanwhile
+        are dropped: nothing past the confirmed positions was delivered.
         """
         consumer = self._consumer
-        consumer.unsubscribe()
         deadline = time.monotonic() + _LEAVE_TIMEOUT_S
-        while consumer.assignment() and time.monotonic() < deadline:
+        while not self._rebalances and time.monotonic() < deadline:
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=0.05)
+        held = bool(consumer.assignment())
+        served = self._rebalances
+        consumer.unsubscribe()
+        while time.monotonic() < deadline and (
+            consumer.assignment() or (held and self._rebalances == served)
+        ):
             consumer.consume(num_messages=_LEAVE_BATCH, timeout=0.05)
 
     def __repr__(self) -> str:

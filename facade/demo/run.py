@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DemoOptions", "DemoSummary", "Progress", "run_demo"]
 
-#: Lease of every demo subscriber: short enough for a quick failover, long enough that the
-#: embedded broker's group joins (about half the session timeout) settle.
+#: Lease of every demo subscriber: short enough for a quick failover, long enough that group
+#: joins on the embedded Tansu engine (about half the session timeout) settle.
 LEASE_MS = 4_000
 PARTITIONS = 4
 MEMBERS = 3
@@ -152,7 +152,8 @@ class _Scenario:
             self.say(f"kafka: using the cluster at {self.options.bootstrap}")
             return Cluster(self.options.bootstrap)
         broker = self.stack.enter_context(EmbeddedBroker())
-        self.say(f"kafka: embedded broker (Tansu) started at {broker.bootstrap_servers}")
+        engine = "Apache Kafka" if broker.engine == "kafka" else "Tansu"
+        self.say(f"kafka: embedded broker ({engine}) started at {broker.bootstrap_servers}")
         return broker.cluster()
 
     def _store(self) -> SqlStore:
@@ -238,12 +239,12 @@ class _Scenario:
         admin = admin_client(cluster)
 
         def settled() -> bool:
-            # The embedded broker describes no group members: each trader says what it holds.
+            # Tansu describes no group members: each trader says what it holds.
             described = admin.describe_consumer_groups([group])[group].result()
             stable = described.state == ConsumerGroupState.STABLE
             return bool(stable and all(t.assigned for t in traders))
 
-        # Let every join finish before anyone leaves: the embedded broker wedges a group
+        # Let every join finish before anyone leaves: Tansu wedges a group
         # whose leader leaves in the middle of a rebalance (docs/compatibility.md).
         self.wait("the traders' group settles", settled)
         self.say(f"subscriber group {group}: {MEMBERS} members joined and hold partitions")

@@ -230,6 +230,7 @@ def _delete_records_supported(cluster: Cluster, stream: StreamConfig) -> bool:
     return True
 
 
+@pytest.mark.tansu
 def test_capacity_fails_clearly_without_delete_records(
     cluster: Cluster, store: SqlStore, stream_factory: Callable[..., StreamConfig]
 ) -> None:
