@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 #: How long ``close`` serves the group's revocation before closing the consumer anyway.
 _LEAVE_TIMEOUT_S = 10.0
 _LEAVE_BATCH = 500
+_LEAVE_POLL_S = 0.05
+#: Polls in a row with nothing assigned and no rebalance callback before ``close``.
+_LEAVE_QUIET_POLLS = 4
 
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
@@ -534,25 +537,27 @@ class Subscriber(Closing):
     def _leave_group(self) -> None:
         """Leave the subscriber group, serving its callbacks here rather than in ``close``.
 
-        An unassign called from a rebalance callback that ``close`` itself serves can wait
-        for ever when the group was still joining (librdkafka #4884), and librdkafka aborts
-        the process (an assert in rd_kafka_cgrp_destroy_final) when a consumer closes while a
-        re-subscription is still settling. So a join in flight is finished first, then the
-        subscription is left and its revocation (``on_revoke``, partitions still owned) is
-        served by polling; ``close`` finds nothing left to revoke. Records fetched meanwhile
-        are dropped: nothing past the confirmed positions was delivered.
+        Any call on the consumer from a rebalance callback that ``close`` itself serves (the
+        unassign every revocation needs) can wait for ever when the group still had a join or
+        an assignment in flight (librdkafka #4884; the GIL is held there, so the whole process
+        freezes), and librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final)
+        when a consumer closes while a re-subscription is still settling. So a join in flight
+        is finished first, the subscription is left, and the consumer is polled until nothing
+        is assigned and no rebalance callback has come for a few polls; ``close`` then finds
+        nothing left to revoke. Records fetched meanwhile are dropped: nothing past the
+        confirmed positions was delivered.
         """
         consumer = self._consumer
         deadline = time.monotonic() + _LEAVE_TIMEOUT_S
         while not self._rebalances and time.monotonic() < deadline:
-            consumer.consume(num_messages=_LEAVE_BATCH, timeout=0.05)
-        held = bool(consumer.assignment())
-        served = self._rebalances
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
         consumer.unsubscribe()
-        while time.monotonic() < deadline and (
-            consumer.assignment() or (held and self._rebalances == served)
-        ):
-            consumer.consume(num_messages=_LEAVE_BATCH, timeout=0.05)
+        quiet = 0
+        while time.monotonic() < deadline and quiet < _LEAVE_QUIET_POLLS:
+            served = self._rebalances
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
+            settled = self._rebalances == served and not consumer.assignment()
+            quiet = quiet + 1 if settled else 0
 
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"

@@ -116,7 +116,7 @@ class KafkaEngine:
         self._settings = dict(settings or {})
         self._java = find_java() or "java"
         self._classpath = os.pathsep.join(str(jar) for jar in kafka_classpath() or [])
-        self._root = Path(tempfile.mkdtemp(prefix="bolide-kafka-"))
+        self._root = Path(tempfile.gettempdir()) / f"bolide-kafka-{uuid.uuid4().hex[:12]}"
         self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         self._nodes: dict[int, _Node] = {}
         for node_id in range(1, brokers + 1):
@@ -198,7 +198,7 @@ class KafkaEngine:
 
     def _format(self) -> None:
         """Write every node's properties and format its storage (in parallel: one JVM each)."""
-        self._root.mkdir(parents=True, exist_ok=True)
+        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self._root / "log4j2.properties").write_text(_LOG4J)
         running: list[tuple[_Node, subprocess.Popen[bytes]]] = []
         for node in self._nodes.values():

@@ -220,6 +220,8 @@ def test_a_killed_publishers_open_transaction_does_not_block_readers_past_its_ti
     finally:
         proc.kill()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
     publish(cluster, stream, [b"after"])
     # The coordinator aborts it once transaction.timeout.ms (3 s) has passed.
     got = read_all(cluster, stream, 2)
