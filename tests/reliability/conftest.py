@@ -102,13 +102,20 @@ def publish_numbered(cluster: Cluster, stream: StreamConfig, count: int) -> list
 
 
 def committed(cluster: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """A group's committed positions (next offset to read); partitions without one are left out."""
-    consumer = probe_consumer(cluster, **{"group.id": group})
+    """A group's committed positions (next offset to read); partitions without one are left out.
+
+    Offsets a still-open transaction sent are not counted: a ``read_committed`` reader asks
+    Kafka for stable offsets and waits for that transaction to end (a killed one: its
+    timeout), so this asks as a ``read_uncommitted`` reader, which is answered at once.
+    """
+    consumer = probe_consumer(
+        cluster, **{"group.id": group, "isolation.level": "read_uncommitted"}
+    )
     try:
         asked = [TopicPartition(topic, p) for p in range(partitions)]
         return {
             tp.partition: tp.offset
-            for tp in consumer.committed(asked, timeout=10)
+            for tp in consumer.committed(asked, timeout=30)
             if tp.offset >= 0
         }
     finally:

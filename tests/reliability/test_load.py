@@ -19,7 +19,7 @@ import time
 from functools import partial
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import ConsumerGroupState, TopicPartition
 
 from bolide.facade import (
     Publisher,
@@ -29,7 +29,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.kafka import probe_consumer
+from bolide.facade.kafka import admin_client, probe_consumer
 from tests.conftest import eventually
 from tests.reliability.conftest import LEASE_MS, SOAK_SECONDS, record_figures
 
@@ -118,8 +118,17 @@ def test_soak_8_publishers_8_subscribers(cluster, stream_factory, group_name, em
     members = [Member(Subscriber(cluster, sub_config)) for _ in range(SUBSCRIBERS)]
     for member in members:
         member.start()
-    # Every partition owned before the clock starts: the soak measures steady state.
-    eventually(lambda: sum(len(m.sub._assigned) for m in members) == 4, 60)
+    # Every member joined and every partition owned before the clock starts: the soak
+    # measures steady state (Tansu describes no members: there the four owners must do).
+    admin = admin_client(cluster)
+
+    def settled() -> bool:
+        group = admin.describe_consumer_groups([group_name])[group_name].result()
+        joined = embedded_broker or len(group.members) == SUBSCRIBERS
+        stable = group.state == ConsumerGroupState.STABLE
+        return stable and joined and sum(len(m.sub._assigned) for m in members) == 4
+
+    eventually(settled, 60)
     config = PublisherConfig(stream=stream)
     publishers = [Publisher(cluster, config) for _ in range(PUBLISHERS)]
     sent = [0] * PUBLISHERS
