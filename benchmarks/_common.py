@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bolide.facade import Cluster, EmbeddedBroker
+from bolide.facade.broker.jars import KAFKA_VERSION
 
 __all__ = [
     "Context",
@@ -37,8 +38,12 @@ def broker_cluster(bootstrap: str | None) -> Iterator[tuple[Cluster, str]]:
     if bootstrap:
         yield Cluster(bootstrap), f"external Kafka at {bootstrap}"
         return
-    with EmbeddedBroker() as broker:
-        yield broker.cluster(), f"embedded Tansu {_tansu_version()} at {broker.bootstrap_servers}"
+    with EmbeddedBroker() as broker:  # the engine: BOLIDE_ENGINE, else Apache Kafka if it runs
+        if broker.engine == "kafka":
+            name = f"embedded Apache Kafka {KAFKA_VERSION} (KRaft, 1 node)"
+        else:
+            name = f"embedded Tansu {_tansu_version()}"
+        yield broker.cluster(), f"{name} at {broker.bootstrap_servers}"
 
 
 def _tansu_version() -> str:

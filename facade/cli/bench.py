@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -78,6 +79,8 @@ def _bench(args: argparse.Namespace) -> int:
         argv.append("--json")
     if args.bootstrap:
         argv += ["--bootstrap", args.bootstrap]
+    if args.engine != "auto":
+        os.environ["BOLIDE_ENGINE"] = args.engine  # what EmbeddedBroker(engine="auto") runs
     return int(run_all.main(argv))
 
 
@@ -103,6 +106,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     bench.add_argument(
         "--pg", default=None, help="PostgreSQL URL for the store benchmark ('' to skip it)"
+    )
+    bench.add_argument(
+        "--engine",
+        choices=("auto", "kafka", "tansu"),
+        default="auto",
+        help="embedded broker when no --bootstrap is given (default: Apache Kafka if it runs)",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON document")
     bench.add_argument("--dir", default=None, help="benchmarks folder (default: the checkout's)")

@@ -108,9 +108,7 @@ def committed(cluster: Cluster, group: str, topic: str, partitions: int) -> dict
     Kafka for stable offsets and waits for that transaction to end (a killed one: its
     timeout), so this asks as a ``read_uncommitted`` reader, which is answered at once.
     """
-    consumer = probe_consumer(
-        cluster, **{"group.id": group, "isolation.level": "read_uncommitted"}
-    )
+    consumer = probe_consumer(cluster, **{"group.id": group, "isolation.level": "read_uncommitted"})
     try:
         asked = [TopicPartition(topic, p) for p in range(partitions)]
         return {
