@@ -44,6 +44,7 @@ from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.errors import DurableClientBusyError, StoreError
 from bolide.facade.kafka import (
     admin_client,
+    committed_offsets,
     log_ends,
     log_starts,
     partition_count,
@@ -134,7 +135,7 @@ def client_backlog(cluster: Cluster, client: DurableClient) -> dict[str, dict[in
             parts = range(count)
             ends = log_ends(cluster, stream, parts)
             starts = log_starts(consumer, stream, parts, cluster=cluster)
-            committed = consumer.committed([TopicPartition(stream, p) for p in parts], timeout=10)
+            committed = committed_offsets(consumer, [TopicPartition(stream, p) for p in parts])
             out[stream] = {}
             for tp in committed:
                 position = tp.offset if tp.offset >= 0 else starts[tp.partition]

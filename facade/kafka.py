@@ -23,6 +23,7 @@ __all__ = [
     "PRODUCER_DEFAULTS",
     "admin_client",
     "admin_config",
+    "committed_offsets",
     "ensure_topic",
     "log_ends",
     "log_starts",
@@ -179,6 +180,37 @@ def forget_topic(cluster: Cluster, name: str) -> None:
     """Drop a topic from the known-topics cache (after deleting it, or a broker restart)."""
     with _topics_lock:
         _known_topics.pop((cluster.bootstrap_servers, name), None)
+
+
+#: Errors of a group coordinator that is moving or still loading: asking again succeeds.
+_COORDINATOR_BUSY = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = _TIMEOUT_S
+) -> list[TopicPartition]:
+    """``consumer.committed(partitions)``, asked again while the group's coordinator moves or
+    loads (a broker that just started, a leader that changed), until ``timeout_s`` has passed.
+
+    Raises:
+        KafkaException: Any other error, or the coordinator still busy at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            return list(consumer.committed(partitions, timeout=left))
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)
 
 
 def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:

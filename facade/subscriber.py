@@ -42,7 +42,7 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import ensure_topic, new_client
+from bolide.facade.kafka import committed_offsets, ensure_topic, new_client
 from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch
@@ -427,7 +427,7 @@ class Subscriber(Closing):
             raise IllegalSubscriberStateError("ungrouped subscribers confirm nothing")
         parts = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         with self._lock:
-            result = self._consumer.committed(parts, timeout=timeout_s)
+            result = committed_offsets(self._consumer, parts, timeout_s)
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result}
 
     # -- receiver, errors, lifecycle ----------------------------------------------------------

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bolide.facade.config import Cluster, InitialOffsetScheme, StreamConfig
 from bolide.facade.errors import BolideError, InvalidInitialOffsetSchemeError, OffsetLoadError
-from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic
+from bolide.facade.kafka import CONSUMER_DEFAULTS, committed_offsets, ensure_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,8 +136,8 @@ def _committed(cluster: Cluster, stream: StreamConfig, group: str) -> dict[int, 
     partitions = ensure_topic(cluster, stream)
     consumer = Consumer(cluster.client_config(CONSUMER_DEFAULTS, {"group.id": group}))
     try:
-        found = consumer.committed(
-            [TopicPartition(stream.name, p) for p in range(partitions)], timeout=10
+        found = committed_offsets(
+            consumer, [TopicPartition(stream.name, p) for p in range(partitions)]
         )
     finally:
         consumer.close()

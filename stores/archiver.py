@@ -24,6 +24,7 @@ from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
+    committed_offsets,
     ensure_topic,
     log_ends,
     log_starts,
@@ -501,7 +502,7 @@ class Archiver:
         asked = [TopicPartition(t, p) for t, p in self._partitions]
         out: dict[_TP, int] = {}
         missing: dict[str, list[int]] = {}
-        for tp in consumer.committed(asked, timeout=timeout_s):
+        for tp in committed_offsets(consumer, asked, timeout_s):
             if tp.offset is not None and tp.offset >= 0:
                 out[(tp.topic, tp.partition)] = int(tp.offset)
             else:

@@ -17,7 +17,7 @@ from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
-from bolide.facade.kafka import log_ends, log_starts
+from bolide.facade.kafka import committed_offsets, log_ends, log_starts
 
 __all__ = ["EARLIEST", "Positions", "Report"]
 
@@ -149,7 +149,7 @@ class Positions:
     def committed(self, parts: list[int]) -> dict[int, int]:
         """The group's committed offsets of ``parts`` (negative where it has none)."""
         request = [TopicPartition(self.topic, p) for p in parts]
-        return {tp.partition: tp.offset for tp in self._consumer.committed(request, timeout=10)}
+        return {tp.partition: tp.offset for tp in committed_offsets(self._consumer, request)}
 
     def resume(self, parts: list[int], committed: dict[int, int]) -> None:
         """Assign ``parts`` gained in a rebalance, from ``committed`` or the initial scheme."""
