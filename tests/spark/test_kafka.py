@@ -15,8 +15,8 @@ from bolide.facade import (
     OffsetLoadError,
     StreamConfig,
 )
-from bolide.spark import ConnectorNotFoundError, kafka_batch, kafka_options, kafka_stream
-from bolide.spark.kafka import KAFKA_PROVIDER_CLASS, connector_coordinates, starting_offsets_json
+from bolide.spark import ConnectorNotFoundError, kafka_batch, kafka_options
+from bolide.spark.kafka import connector_coordinates, require_connector, starting_offsets_json
 
 from .conftest import publish, sample
 
@@ -126,27 +126,12 @@ def test_group_confirmed_offsets_become_starting_offsets(cluster: Cluster, strea
 
 
 def _connector_present(spark: Any) -> bool:
+    """True when Spark's Kafka source loads (as ``kafka_stream`` loads it)."""
     try:
-        spark._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
-    except Exception:
+        require_connector(spark)
+    except ConnectorNotFoundError:
         return False
     return True
-
-
-@pytest.mark.spark
-def test_missing_connector_names_the_package(spark: Any) -> None:
-    if _connector_present(spark):
-        pytest.skip("the Kafka connector is on the classpath here")
-    coords = connector_coordinates(spark)
-    assert coords == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}"
-    for call in (kafka_stream, kafka_batch):
-        with pytest.raises(ConnectorNotFoundError) as info:
-            call(spark, ORDERS, Cluster("127.0.0.1:1"))
-        message = str(info.value)
-        assert coords in message
-        assert "spark.jars.packages" in message
-        assert "--packages" in message
-        assert info.value.coordinates == coords
 
 
 @pytest.mark.spark
