@@ -100,7 +100,7 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-flavoured Markdown table; numbers right-aligned."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     numeric = [bool(cells) and all(_numeric(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:

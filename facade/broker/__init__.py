@@ -131,6 +131,11 @@ class EmbeddedBroker:
         return self._engine.node_ids
 
     @property
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of the nodes that run (for measuring them; stop with ``kill_node``)."""
+        return self._engine.pids()
+
+    @property
     def bootstrap_servers(self) -> str:
         """``host:port`` of the first node (clients discover the others)."""
         return f"{self.host}:{self.port}"

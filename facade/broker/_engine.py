@@ -27,6 +27,10 @@ class Engine(Protocol):
         """The ids of the nodes, running or not."""
         ...
 
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of the nodes that run."""
+        ...
+
     def running(self) -> bool:
         """True while every node runs."""
         ...

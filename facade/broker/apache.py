@@ -143,6 +143,9 @@ class KafkaEngine:
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{node.port}" for node in self._nodes.values())
 
+    def pids(self) -> tuple[int, ...]:
+        return tuple(n.process.pid for n in self._nodes.values() if n.process and n.alive())
+
     def running(self) -> bool:
         return all(node.alive() for node in self._nodes.values())
 

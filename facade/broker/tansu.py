@@ -60,6 +60,10 @@ class TansuEngine:
     def node_ids(self) -> tuple[int, ...]:
         return (1,)
 
+    def pids(self) -> tuple[int, ...]:
+        process = self._process
+        return (process.pid,) if process is not None and process.poll() is None else ()
+
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
