@@ -210,8 +210,8 @@ class KafkaEngine:
             args = self._java_args(
                 "kafka.tools.StorageTool",
                 "format",
-                "--cluster-id",
-                self._cluster_id,
+                # One argument: a random id may start with "-", which would read as an option.
+                f"--cluster-id={self._cluster_id}",
                 "--config",
                 str(node.folder / "server.properties"),
                 "--ignore-formatted",
