@@ -182,6 +182,14 @@ def forget_topic(cluster: Cluster, name: str) -> None:
         _known_topics.pop((cluster.bootstrap_servers, name), None)
 
 
+#: Errors of a partition whose leader is not known yet or has moved: asking again succeeds.
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
 #: Errors of a group coordinator that is moving or still loading: asking again succeeds.
 _COORDINATOR_BUSY = frozenset(
     {
@@ -227,18 +235,30 @@ def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:
 def _watermarks(
     consumer: Consumer, topic: str, partition: int, timeout_s: float, *, cached: bool
 ) -> tuple[int, int]:
-    """The reported (low, high) watermarks; an unreachable broker is a ``BrokerError``."""
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=cached
-        )
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot read the offsets of {topic}[{partition}]: {exc.args[0].str()}",
-            stream=topic,
-            partition=partition,
-            retriable=True,
-        ) from exc
+    """The reported (low, high) watermarks; an unreachable broker is a ``BrokerError``.
+
+    A partition whose leader is not known yet (a topic just created, a leader that moved)
+    answers NOT_LEADER_FOR_PARTITION or the like for a moment: asked again until ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition),
+                timeout=max(0.1, deadline - time.monotonic()),
+                cached=cached,
+            )
+            break
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                raise BrokerError(
+                    f"cannot read the offsets of {topic}[{partition}]: {error.str()}",
+                    stream=topic,
+                    partition=partition,
+                    retriable=True,
+                ) from exc
+        time.sleep(0.1)
     return int(low), int(high)
 
 
