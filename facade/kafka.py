@@ -200,6 +200,24 @@ _COORDINATOR_BUSY = frozenset(
 )
 
 
+def _ask_again(ask: Callable[[float], T], busy: frozenset[int], timeout_s: float) -> T:
+    """``ask(timeout_s_left)``, asked again while it fails with one of the ``busy`` errors
+    (a leader or coordinator that moves or still loads), until ``timeout_s`` has passed.
+
+    Raises:
+        KafkaException: Any other error, or still busy at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ask(max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() not in busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)
+
+
 def committed_offsets(
     consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = _TIMEOUT_S
 ) -> list[TopicPartition]:
@@ -209,16 +227,11 @@ def committed_offsets(
     Raises:
         KafkaException: Any other error, or the coordinator still busy at the deadline.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = max(0.1, deadline - time.monotonic())
-        try:
-            return list(consumer.committed(partitions, timeout=left))
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.1)
+    return _ask_again(
+        lambda left: list(consumer.committed(partitions, timeout=left)),
+        _COORDINATOR_BUSY,
+        timeout_s,
+    )
 
 
 def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:
@@ -240,25 +253,20 @@ def _watermarks(
     A partition whose leader is not known yet (a topic just created, a leader that moved)
     answers NOT_LEADER_FOR_PARTITION or the like for a moment: asked again until ``timeout_s``.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition),
-                timeout=max(0.1, deadline - time.monotonic()),
-                cached=cached,
-            )
-            break
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() not in _LEADER_MOVING or time.monotonic() >= deadline:
-                raise BrokerError(
-                    f"cannot read the offsets of {topic}[{partition}]: {error.str()}",
-                    stream=topic,
-                    partition=partition,
-                    retriable=True,
-                ) from exc
-        time.sleep(0.1)
+    tp = TopicPartition(topic, partition)
+    try:
+        low, high = _ask_again(
+            lambda left: consumer.get_watermark_offsets(tp, timeout=left, cached=cached),
+            _LEADER_MOVING,
+            timeout_s,
+        )
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot read the offsets of {topic}[{partition}]: {exc.args[0].str()}",
+            stream=topic,
+            partition=partition,
+            retriable=True,
+        ) from exc
     return int(low), int(high)
 
 

@@ -549,7 +549,9 @@ class Subscriber(Closing):
         """
         consumer = self._consumer
         deadline = time.monotonic() + _LEAVE_TIMEOUT_S
-        while not self._rebalances and time.monotonic() < deadline:
+        # A deactivated subscriber has left already: no join of its own is on its way.
+        joining = not self._fetcher.deactivated
+        while joining and not self._rebalances and time.monotonic() < deadline:
             consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
         consumer.unsubscribe()
         quiet = 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import os
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -14,6 +17,27 @@ import sqlalchemy as sa
 
 from bolide.facade import Cluster, StreamConfig
 from tests.aio.adapter import SYNC, Api, LoopThread, aio_api
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread a failed test left running must not keep the interpreter (and CI) alive: name
+    it and exit with a failure instead of waiting on it for ever."""
+    # Executor workers end at exit on their own (concurrent.futures joins them).
+    pooled = set(getattr(concurrent.futures.thread, "_threads_queues", {}))
+    leaked = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t not in pooled
+    ]
+    for thread in leaked:
+        thread.join(5)
+    leaked = [t for t in leaked if t.is_alive()]
+    if leaked:
+        names = ", ".join(t.name for t in leaked)
+        sys.stderr.write(f"\ntests left non-daemon threads running: {names}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
 
 
 @pytest.fixture(scope="session")

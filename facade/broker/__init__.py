@@ -137,8 +137,9 @@ class EmbeddedBroker:
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` of the first node (clients discover the others)."""
-        return f"{self.host}:{self.port}"
+        """``host:port`` of every node, comma-separated, so a client still bootstraps while a
+        node is down (``port`` is the first node's)."""
+        return self._engine.bootstrap
 
     def cluster(
         self,

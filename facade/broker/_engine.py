@@ -27,6 +27,11 @@ class Engine(Protocol):
         """The ids of the nodes, running or not."""
         ...
 
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of every node, comma-separated (``bootstrap.servers``)."""
+        ...
+
     def pids(self) -> tuple[int, ...]:
         """Process ids of the nodes that run."""
         ...

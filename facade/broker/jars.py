@@ -8,6 +8,7 @@ interrupted fetch is redone, and a finished one is never fetched again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -155,8 +156,10 @@ def find_java() -> str | None:
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
+@functools.lru_cache(maxsize=8)
 def java_major(java: str) -> int:
-    """The major version of ``java`` (``17`` for ``17.0.15``, ``8`` for ``1.8.0``).
+    """The major version of ``java`` (``17`` for ``17.0.15``, ``8`` for ``1.8.0``), asked once
+    per path: ``EmbeddedBroker(engine="auto")`` checks it when choosing and when starting.
 
     Raises:
         BrokerError: It does not run or prints no version.

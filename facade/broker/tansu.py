@@ -60,6 +60,10 @@ class TansuEngine:
     def node_ids(self) -> tuple[int, ...]:
         return (1,)
 
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
     def pids(self) -> tuple[int, ...]:
         process = self._process
         return (process.pid,) if process is not None and process.poll() is None else ()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -49,11 +49,19 @@ def _isr(broker: EmbeddedBroker, topic: str) -> dict[int, list[int]]:
     return {p: list(info.isrs) for p, info in meta.topics[topic].partitions.items()}
 
 
+def _stage(name: str, check: Callable[[], Any], timeout_s: float) -> None:
+    """``eventually``, failing with the stage of the scenario that did not happen."""
+    try:
+        eventually(check, timeout_s)
+    except AssertionError:
+        raise AssertionError(f"not within {timeout_s}s: {name}") from None
+
+
 class Reader(threading.Thread):
     """A member of the subscriber group: polls and confirms until stopped."""
 
     def __init__(self, sub: Subscriber) -> None:
-        super().__init__(daemon=True)
+        super().__init__(name="reader", daemon=True)
         self.sub = sub
         self.values: set[bytes] = set()
         self.after_kill = 0
@@ -119,31 +127,49 @@ def test_killing_the_leader_loses_no_acknowledged_record(trio: EmbeddedBroker) -
                 time.sleep(0.002)
             pub.flush(60)
 
-    publishers = [threading.Thread(target=publish, args=(i,)) for i in range(2)]
+    publishers = [
+        threading.Thread(target=publish, args=(i,), name=f"publisher-{i}", daemon=True)
+        for i in range(2)
+    ]
     for thread in publishers:
         thread.start()
-    eventually(lambda: len(acked) >= 200, 60)
-    leader = _leaders(trio, stream.name)[0]
-    trio.kill_node(leader)
-    for reader in readers:
-        reader.killed.set()
-    # Leadership moves to a surviving replica; publishing and reading go on.
-    eventually(lambda: _leaders(trio, stream.name)[0] not in (leader, -1), 60)
-    before = len(acked)
-    eventually(lambda: len(acked) >= before + 200, 120)
-    eventually(lambda: sum(r.after_kill for r in readers) > 0, 60)
-    stop.set()
-    for thread in publishers:
-        thread.join(120)
-    with lock:
-        wanted = set(acked)
-    eventually(lambda: wanted <= set().union(*(r.values for r in readers)), 120)
-    trio.start_node(leader)
-    eventually(lambda: all(leader in isr for isr in _isr(trio, stream.name).values()), 120)
-    for reader in readers:
-        reader.stop.set()
-    for reader in readers:
-        reader.join(60)
+    try:
+        _stage("200 acknowledged before the kill", lambda: len(acked) >= 200, 60)
+        leader = _leaders(trio, stream.name)[0]
+        trio.kill_node(leader)
+        for reader in readers:
+            reader.killed.set()
+        # Leadership moves to a surviving replica; publishing and reading go on.
+        _stage(
+            "a new leader elected",
+            lambda: _leaders(trio, stream.name)[0] not in (leader, -1),
+            60,
+        )
+        before = len(acked)
+        _stage("200 more acknowledged after the kill", lambda: len(acked) >= before + 200, 120)
+        _stage("a record read after the kill", lambda: sum(r.after_kill for r in readers) > 0, 60)
+        stop.set()
+        for thread in publishers:
+            thread.join(120)
+        with lock:
+            wanted = set(acked)
+        _stage(
+            "every acknowledged record read",
+            lambda: wanted <= set().union(*(r.values for r in readers)),
+            120,
+        )
+        trio.start_node(leader)
+        _stage(
+            "the restarted node back in sync",
+            lambda: all(leader in isr for isr in _isr(trio, stream.name).values()),
+            120,
+        )
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.stop.set()
+        for thread in [*publishers, *readers]:
+            thread.join(60)
     assert not [e for r in readers for e in r.raised]
     assert leader in trio.node_ids and trio.running
     # A publish that failed was never acknowledged; none is expected with acks=all and two
