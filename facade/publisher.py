@@ -355,6 +355,9 @@ class Publisher(Closing):
             TransactionError: No transaction is open, or the publisher is not transactional.
             IllegalSubscriberStateError: The subscriber is ungrouped, closed, or keeps its
                 positions in the application's database.
+            NotAssignedError: The subscriber lost a partition (a rebalance, or ``deactivate``)
+                whose records it read and has not confirmed: their outputs in this transaction
+                must not commit; let the block raise it, so the transaction aborts.
         """
         self._transactions().confirm(subscriber._confirm_in_transaction)
 

@@ -408,8 +408,11 @@ class Subscriber(Closing):
 
     def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
         """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
-        to call once the transaction commits."""
-        return self._confirms.for_transaction()
+        to call once the transaction commits. A durable client's polls stop committing what
+        they delivered: the transactions confirm what is finished (an aborted one, nothing)."""
+        if self._durable is not None:
+            self._durable.commit_delivered = False
+        return self._confirms.for_transaction(deactivated=self._fetcher.deactivated)
 
     def health(self, *, lag: bool = True) -> Health:
         """Lease held, last poll, lag per held partition (read from the log ends unless

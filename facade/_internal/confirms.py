@@ -79,16 +79,20 @@ class Confirms:
         *,
         deactivated: bool = False,
         read: Mapping[int, int] | None = None,
+        strict: bool = False,
     ) -> dict[int, int]:
         """The positions (next offsets) a confirm moves to, on partitions held.
 
         Without ``offset``: after the last record a poll returned (or, given ``read``, the
-        last record handed out), on every partition. A grouped subscriber's partitions it no
-        longer holds are reported and left out; a ``deactivated`` one holds none, and is not
-        told so.
+        last record handed out), on every partition. Records read on a partition a grouped
+        subscriber no longer holds can no longer be confirmed by it: they are reported (once:
+        they are forgotten) and left out, or with ``strict`` (a transaction, whose outputs of
+        those records must not commit) raise. A ``deactivated`` subscriber holds none.
 
         Raises:
             ValueError: ``offset`` was never read on ``partition``.
+            NotAssignedError: ``strict``, and records read on a partition no longer held (or
+                on any, once deactivated) are not confirmed.
         """
         last_read = self._positions.last_read if read is None else read
         if offset is None:
@@ -101,17 +105,30 @@ class Confirms:
                     f"(last read: {last})"
                 )
             targets = {partition: offset}
-        if deactivated:
-            return {}
         if not self._grouped:
             return {p: o + 1 for p, o in targets.items()}
-        assigned = set(self._assigned)
-        not_held = sorted(set(targets) - assigned)
-        if not_held:
+        assigned = set() if deactivated else set(self._assigned)
+        confirmed = self._positions.confirmed
+        unconfirmed = sorted(
+            p for p, o in targets.items() if p not in assigned and o + 1 > confirmed.get(p, 0)
+        )
+        if read is None and offset is None:
+            for p in set(targets) - assigned:  # another member reads them from here
+                if self._positions.last_read.get(p) == targets[p]:
+                    self._positions.last_read.pop(p, None)
+        if unconfirmed and strict:
+            raise NotAssignedError(
+                f"records read on {self._topic}{unconfirmed} are not confirmed and the "
+                "partitions are no longer held: the transaction must not commit their outputs "
+                "(it is aborted; the partitions' new owner reads them again)",
+                stream=self._topic,
+                partition=unconfirmed[0],
+            )
+        if unconfirmed and not deactivated:
             self._report(
-                f"confirm without the lease on {self._topic}{not_held}: nothing changed",
+                f"confirm without the lease on {self._topic}{unconfirmed}: nothing changed",
                 NotAssignedError(
-                    "confirm without the lease", stream=self._topic, partition=not_held[0]
+                    "confirm without the lease", stream=self._topic, partition=unconfirmed[0]
                 ),
             )
         return {p: o + 1 for p, o in targets.items() if p in assigned}
@@ -172,13 +189,16 @@ class Confirms:
 
     # -- a Kafka transaction -----------------------------------------------------------------
 
-    def for_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
+    def for_transaction(
+        self, *, deactivated: bool = False
+    ) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
         """What ``Publisher.confirm`` sends with its transaction: the delivered positions,
         the group's metadata (for fencing), and what to call once the transaction commits.
 
         Raises:
             IllegalSubscriberStateError: The subscriber is ungrouped, keeps its positions in
                 the application's database, or is closed.
+            NotAssignedError: Records read on a partition no longer held are not confirmed.
         """
         if not self._grouped:
             raise IllegalSubscriberStateError(
@@ -192,7 +212,7 @@ class Confirms:
                 "with sub.confirm(conn=...)",
                 stream=self._topic,
             )
-        positions = self.targets(None, 0)
+        positions = self.targets(None, 0, deactivated=deactivated, strict=True)
         with self._lock:
             if self._closed:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self._topic)

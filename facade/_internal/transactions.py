@@ -151,14 +151,16 @@ class Transactions:
 
         Raises:
             TransactionError: No transaction is open, or the broker refused.
+            NotAssignedError: The subscriber read records on a partition it no longer holds
+                and has not confirmed them (``source`` raises it).
         """
         with self._lock:
-            self._check()
-            if not self.open:
-                raise TransactionError(
-                    "confirm(sub) belongs inside `with pub.transaction():`", stream=self._stream
-                )
-            offsets, metadata, after = source()
+            self._open_check()
+        # The subscriber's part runs outside the lock: what it reports reaches the error
+        # handler, which may publish or confirm on this publisher.
+        offsets, metadata, after = source()
+        with self._lock:
+            self._open_check()
             if offsets:
                 self._run(
                     "send the input positions",
@@ -167,6 +169,13 @@ class Transactions:
                     ),
                 )
             self._after_commit.append(after)
+
+    def _open_check(self) -> None:
+        self._check()
+        if not self.open:
+            raise TransactionError(
+                "confirm(sub) belongs inside `with pub.transaction():`", stream=self._stream
+            )
 
     def commit(self) -> None:
         """Commit the open transaction (it flushes what was published in it first).

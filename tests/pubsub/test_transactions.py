@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from bolide.facade import (
     Cluster,
     IllegalSubscriberStateError,
     InitialOffsetScheme,
+    NotAssignedError,
     ProducerFencedError,
     Publisher,
     PublisherConfig,
@@ -313,3 +316,140 @@ def test_closing_inside_a_transaction_aborts_it(
             pub.confirm(sub)
             pub.close()
         assert sub.committed() == {0: None}, "the aborted transaction confirmed nothing"
+
+
+def _two_partition_batch(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], **cfg
+) -> tuple[StreamConfig, StreamConfig, Subscriber, list[Record], list[int]]:
+    """A grouped subscriber that read records of both partitions of a fresh stream."""
+    source = stream_factory(partitions=2, global_order=False)
+    sink = stream_factory()
+    with Publisher(cluster, PublisherConfig(stream=source)) as pub:
+        for i in range(20):
+            pub.publish_async(Record(b"%d" % i, key=b"k%d" % i))
+        assert pub.flush(30) == 0
+    revoked: list[int] = []
+    sub = Subscriber(
+        cluster,
+        SubscriberConfig(
+            stream=source,
+            group=f"g-{uuid.uuid4().hex[:10]}",
+            lease_timeout_ms=LEASE_MS,
+            on_revoke=revoked.extend,
+            **cfg,
+        ),
+    )
+    batch = poll_count(sub, 20)
+    assert {r.partition for r in batch} == {0, 1}
+    return source, sink, sub, batch, revoked
+
+
+def _take_a_partition(
+    cluster: Cluster, source: StreamConfig, sub: Subscriber, group: str, revoked: list[int]
+) -> Subscriber:
+    """A second member joins ``group`` and takes one of ``sub``'s partitions; ``sub`` polls
+    (as it would mid-batch) until it has let one go."""
+    other = Subscriber(
+        cluster, SubscriberConfig(stream=source, group=group, lease_timeout_ms=LEASE_MS)
+    )
+    eventually(lambda: (other.poll(50), sub.poll(50)) and revoked and other.is_assigned(), 60)
+    held = {p.partition for p in sub.health(lag=False).partitions}
+    assert len(held) == 1, held
+    return other
+
+
+def test_a_partition_lost_mid_batch_fails_the_transaction(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """Its records' outputs must not commit while their input position cannot: the
+    transaction fails with NotAssignedError and is aborted, nothing of it is committed."""
+    source, sink, sub, batch, revoked = _two_partition_batch(cluster, stream_factory)
+    with sub, txn_publisher(cluster, sink) as pub:
+        with pub.transaction():
+            for r in batch:
+                pub.publish_async(Record(r.data + b"!"))
+        other = None
+        try:
+            with pytest.raises(NotAssignedError), pub.transaction():
+                pub.publish_async(Record(b"output of a lost partition"))
+                other = _take_a_partition(cluster, source, sub, sub.group_id, revoked)
+                pub.confirm(sub)
+            assert sub.committed() == {0: None, 1: None}, "the transaction confirmed nothing"
+        finally:
+            if other is not None:
+                other.close()
+    got = read_all(cluster, sink, 20)
+    assert b"output of a lost partition" not in got
+
+
+def test_an_error_handler_that_confirms_does_not_deadlock_the_transaction(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """Whatever a confirm in a transaction reports reaches the error handler outside the
+    publisher's transaction lock: a handler that confirms another subscriber goes through."""
+    holder: dict[str, Any] = {}
+
+    def on_error(message: str, error: BaseException | None) -> None:
+        holder["pub"].confirm(holder["aux"])
+
+    source, sink, sub, _, revoked = _two_partition_batch(
+        cluster, stream_factory, error_handler=on_error
+    )
+    aux = grouped(cluster, sink)
+    with sub, aux, txn_publisher(cluster, sink) as pub:
+        holder.update(pub=pub, aux=aux)
+        other = _take_a_partition(cluster, source, sub, sub.group_id, revoked)
+        outcome: list[BaseException | None] = []
+
+        def confirm() -> None:
+            try:
+                with pub.transaction():
+                    pub.confirm(sub)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        try:
+            worker = threading.Thread(target=confirm, daemon=True)
+            worker.start()
+            worker.join(60)
+            assert outcome, "the confirm deadlocked on the transaction lock"
+            assert isinstance(outcome[0], NotAssignedError)
+        finally:
+            other.close()
+
+
+def test_a_durable_client_reads_an_aborted_transactions_input_again(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    """Once its confirms go through transactions, a durable client's polls and close commit
+    nothing of their own: after an abort it reconnects to the aborted batch, not past it."""
+    from bolide.stores import SqlStore
+
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"a", b"b", b"c"])
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    with SqlStore(url) as store:
+        store.upgrade()
+    config = SubscriberConfig(
+        stream=source,
+        durable_id=f"d-{uuid.uuid4().hex[:8]}",
+        durable_registry=url,
+        lease_timeout_ms=LEASE_MS,
+    )
+    with txn_publisher(cluster, sink) as pub:
+        with Subscriber(cluster, config) as sub:
+            assert [r.data for r in poll_count(sub, 3)] == [b"a", b"b", b"c"]
+            with pytest.raises(RuntimeError), pub.transaction():
+                pub.publish_async(Record(b"aborted output"))
+                pub.confirm(sub)
+                raise RuntimeError("transform failed")
+            assert len(sub.poll(300)) == 0, "nothing new"
+        with Subscriber(cluster, config) as sub:
+            again = poll_count(sub, 3)
+            assert [r.data for r in again] == [b"a", b"b", b"c"]
+            with pub.transaction():
+                pub.publish_async(Record(b"output"))
+                pub.confirm(sub)
+        with Subscriber(cluster, config) as sub:
+            assert len(sub.poll(500)) == 0, "the committed transaction confirmed the batch"
