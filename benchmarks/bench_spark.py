@@ -43,7 +43,9 @@ from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_top
 
 __all__ = ["bench", "main", "run"]
 
-TARGETS = {"archive job into SQLite": 0.5}
+KAFKA_ARCHIVE = "archive job into SQLite, Spark's Kafka source"
+BOLIDE_ARCHIVE = "archive job into SQLite, format('bolide')"
+TARGETS = {KAFKA_ARCHIVE: 0.5, BOLIDE_ARCHIVE: 0.5}
 
 NAME = "spark"
 PARTITIONS = 2
@@ -112,7 +114,8 @@ def _best(repeat: int, fn: Callable[[], Any]) -> float:
 
 def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, Any]:
     """Fill a stream, then time the three readers; return seconds and records/s of each."""
-    from bolide.spark import archive, kafka_options, spark_session
+    from bolide.spark import archive, kafka_batch, kafka_options, spark_session
+    from bolide.spark.kafka import has_connector
     from bolide.stores import SqlStore
 
     stream = StreamConfig(
@@ -130,10 +133,18 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
         if row is None or row["n"] != records or row["h"] != 2 * records:
             raise RuntimeError(f"format('bolide') read {row}, expected {records} records")
 
+    def kafka_source() -> None:
+        df = kafka_batch(spark, stream, cluster, includeHeaders=True)
+        row = df.selectExpr(
+            "count(*) AS n", "sum(length(value)) AS b", "sum(size(headers)) AS h"
+        ).first()
+        if row is None or row["n"] != records or row["h"] != 2 * records:
+            raise RuntimeError(f"format('kafka') read {row}, expected {records} records")
+
     with tempfile.TemporaryDirectory() as tmp:
         runs = iter(range(1_000))
 
-        def archive_job() -> None:
+        def archive_job(source: str) -> None:
             n = next(runs)
             url = f"sqlite:///{Path(tmp) / f'history-{n}.db'}"
             with SqlStore(url) as store:
@@ -145,6 +156,7 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
                 str(Path(tmp) / f"ckpt-{n}"),
                 bootstrap=cluster,
                 max_offsets_per_trigger=10_000,
+                source=source,
             )
             with SqlStore(url) as store:
                 stored = sum(len(store.read(stream.name, p, 0, records)) for p in range(PARTITIONS))
@@ -156,8 +168,12 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
         seconds = {
             "raw confluent-kafka consumer": _best(repeat, lambda: _raw(cluster, stream, records)),
             "format('bolide') batch read": _best(repeat, source),
-            "archive job into SQLite": _best(repeat, archive_job),
+            BOLIDE_ARCHIVE: _best(repeat, lambda: archive_job("bolide")),
         }
+        if has_connector(spark):  # the session adds the jar `bolide fetch spark-kafka` cached
+            kafka_source()  # warm its JVM classes
+            seconds["format('kafka') batch read"] = _best(repeat, kafka_source)
+            seconds[KAFKA_ARCHIVE] = _best(repeat, lambda: archive_job("kafka"))
     return {k: {"seconds": v, "records_per_s": records / v} for k, v in seconds.items()}
 
 

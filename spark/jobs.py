@@ -1,8 +1,9 @@
 """bolide's Spark jobs: archive a stream into SQL, resequence groups, query the archive.
 
 Each job is a function over a SparkSession (``spark_session()`` gives a suitable local one);
-``bolide spark <job>`` is a thin shim over them. Streams are read with ``format("bolide")``
-by default (no connector jar needed) or with Spark's own Kafka source (``source="kafka"``).
+``bolide spark <job>`` is a thin shim over them. Streams are read with Spark's own Kafka
+source when the session has its connector (``source="auto"``, the default), else with
+``format("bolide")`` (no jar needed; it also splices history); ``source=`` picks one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from bolide.facade.compat import stale_watermarks
 from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import ensure_topic
@@ -23,7 +25,7 @@ from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.spark._archive import load_archive, records_by_stream
 from bolide.spark._reader import cluster_source_options
 from bolide.spark._resequence import resequenced
-from bolide.spark.kafka import kafka_stream
+from bolide.spark.kafka import has_connector, kafka_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,11 +33,19 @@ if TYPE_CHECKING:
 
     from bolide.stores import SqlStore
 
-__all__ = ["BatchReport", "archive", "load_archive", "query", "read_stream", "resequence"]
+__all__ = [
+    "BatchReport",
+    "archive",
+    "load_archive",
+    "query",
+    "read_stream",
+    "resequence",
+    "resolve_source",
+]
 
 log = logging.getLogger("bolide.spark")
 
-Source = Literal["bolide", "kafka"]
+Source = Literal["auto", "bolide", "kafka"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ def read_stream(
     stream: str | StreamConfig,
     bootstrap: str | Cluster,
     *,
-    source: Source = "bolide",
+    source: Source = "auto",
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     history: str | None = None,
@@ -86,7 +96,9 @@ def read_stream(
         spark: The session (``format("bolide")`` is registered on it if needed).
         stream: Stream name or config.
         bootstrap: Bootstrap servers or a ``Cluster`` (its settings pass through).
-        source: ``"bolide"`` (Python source, no jar) or ``"kafka"`` (Spark's connector).
+        source: ``"kafka"`` (Spark's connector), ``"bolide"`` (Python source, no jar; the
+            one that splices ``history``) or ``"auto"``: ``"kafka"`` when the session has
+            the connector and nothing is spliced, else ``"bolide"``.
         starting_offsets: ``earliest``, ``latest`` or Spark's JSON.
         max_offsets_per_trigger: Most records per micro-batch.
         history: SQLAlchemy URL of a history store to splice in (``bolide`` source only).
@@ -94,6 +106,7 @@ def read_stream(
     """
     cluster = _cluster(bootstrap)
     config = _stream(stream)
+    source = resolve_source(spark, source, cluster, history)
     extra: dict[str, Any] = {"includeHeaders": True, "startingOffsets": starting_offsets}
     if max_offsets_per_trigger is not None:
         extra["maxOffsetsPerTrigger"] = max_offsets_per_trigger
@@ -113,6 +126,19 @@ def read_stream(
     if history is not None:
         opts["bolide.store"] = history
     return spark.readStream.format("bolide").options(**opts).load()
+
+
+def resolve_source(
+    spark: SparkSession, source: Source, cluster: Cluster, history: str | None = None
+) -> Source:
+    """``source`` itself, unless ``"auto"``: Spark's Kafka source when the session can load
+    its connector, nothing is spliced and the broker keeps Kafka's fetch semantics (an engine
+    with Tansu's deviations keeps the Python source, which works around them)."""
+    if source != "auto":
+        return source
+    if history is not None or stale_watermarks(cluster):
+        return "bolide"
+    return "kafka" if has_connector(spark) else "bolide"
 
 
 def _check_store(store: str | SqlStore) -> None:
@@ -177,7 +203,7 @@ def archive(
     checkpoint: str,
     *,
     bootstrap: str | Cluster,
-    source: Source = "bolide",
+    source: Source = "auto",
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = 10_000,
     until_caught_up: bool = True,
@@ -201,7 +227,7 @@ def archive(
         store: ``SqlStore`` or its SQLAlchemy URL.
         checkpoint: Spark checkpoint directory; restarting with it resumes where it stopped.
         bootstrap: Bootstrap servers or a ``Cluster``.
-        source: ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
+        source: ``"auto"`` (default), ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
         starting_offsets: Where a new checkpoint starts.
         max_offsets_per_trigger: Most records per micro-batch (and per transaction).
         until_caught_up: Archive what the stream holds now, then stop (``availableNow``);
@@ -296,7 +322,7 @@ def resequence(
     timeout_s: float = 30.0,
     on_timeout: Literal["release", "dead_letter"] = "release",
     dead_letter: str | StreamConfig | None = None,
-    source: Source = "bolide",
+    source: Source = "auto",
     starting_offsets: str = "earliest",
     trigger_interval_s: float = 1.0,
     on_batch: BatchCallback | None = None,
@@ -320,7 +346,7 @@ def resequence(
         timeout_s: Seconds a group has to complete, from its first record.
         on_timeout: ``"release"`` or ``"dead_letter"``.
         dead_letter: Dead-letter stream; required for ``on_timeout="dead_letter"``.
-        source: ``"bolide"`` or ``"kafka"``.
+        source: ``"auto"`` (default), ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
         starting_offsets: Where a new checkpoint starts.
         trigger_interval_s: Micro-batch interval; timeouts are checked at each trigger.
         on_batch: Called after each micro-batch with a ``BatchReport``.

@@ -25,6 +25,7 @@ __all__ = [
     "KAFKA_PROVIDER_CLASS",
     "ConnectorNotFoundError",
     "connector_coordinates",
+    "has_connector",
     "kafka_batch",
     "kafka_options",
     "kafka_stream",
@@ -248,6 +249,18 @@ def require_connector(spark: SparkSession) -> None:
         if "ClassNotFoundException" not in str(exc):
             raise
         raise ConnectorNotFoundError(connector_coordinates(spark)) from None
+
+
+def has_connector(spark: SparkSession) -> bool:
+    """True when a classic (JVM) session can load Spark's Kafka source; a Spark Connect
+    session cannot be checked up front, and counts as without it."""
+    if getattr(spark, "_jvm", None) is None:
+        return False
+    try:
+        require_connector(spark)
+    except ConnectorNotFoundError:
+        return False
+    return True
 
 
 def _load(spark: SparkSession, options: dict[str, str], *, streaming: bool) -> DataFrame:

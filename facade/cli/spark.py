@@ -43,9 +43,10 @@ def _source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument(
         "--source",
-        choices=("bolide", "kafka"),
-        default="bolide",
-        help="format('bolide') (default, no jar) or Spark's Kafka connector",
+        choices=("auto", "bolide", "kafka"),
+        default="auto",
+        help="Spark's Kafka connector (kafka), format('bolide') (no jar), or auto (default): "
+        "the connector when the session has it",
     )
     parser.add_argument(
         "--starting-offsets",

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bolide.facade import BolideError, Cluster, Record, SchemaOutOfDateError, StreamConfig
 from bolide.facade.cli.main import main as cli_main
+from bolide.facade.compat import stale_watermarks
 from bolide.facade.resequencer.sequence import (
     REASON_HEADER,
     Sequence,
@@ -21,6 +22,7 @@ from bolide.facade.resequencer.sequence import (
 )
 from bolide.spark import BatchReport, archive, load_archive, query, resequence
 from bolide.spark._archive import has_jdbc_driver, jdbc_options, records_by_stream
+from bolide.spark.jobs import resolve_source
 from bolide.stores import SqlStore
 
 from .conftest import publish, sample
@@ -34,8 +36,9 @@ def _stored(url: str, stream: StreamConfig, partition: int = 0) -> list[Record]:
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("source", ["kafka", "bolide"])
 def test_archive_end_to_end_and_restart(
-    spark: Any, cluster: Cluster, stream_factory, store_url: str, tmp_path: Path
+    spark: Any, cluster: Cluster, stream_factory, store_url: str, tmp_path: Path, source: str
 ) -> None:
     stream = stream_factory()
     first = sample(45)
@@ -50,6 +53,7 @@ def test_archive_end_to_end_and_restart(
         bootstrap=cluster,
         max_offsets_per_trigger=20,
         on_batch=reports.append,
+        source=source,
     )
     assert [r.rows for r in reports] == [20, 20, 5]
     assert sum(r.written for r in reports) == 45
@@ -71,6 +75,7 @@ def test_archive_end_to_end_and_restart(
         bootstrap=cluster,
         max_offsets_per_trigger=20,
         on_batch=reports.append,
+        source=source,
     )
     assert reports[0].rows == 5 and reports[0].written == 0  # the replayed batch
     assert sum(r.written for r in reports) == 10
@@ -81,6 +86,17 @@ def test_archive_end_to_end_and_restart(
     assert [(r.key, r.data, r.headers, r.timestamp_ms) for r in stored] == [
         (r.key, r.data, r.headers, r.timestamp_ms) for r in expected
     ]
+
+
+def test_auto_picks_sparks_kafka_source_unless_history_is_spliced(
+    spark: Any, cluster: Cluster
+) -> None:
+    """The session has the connector: Spark's source, but the Python one splices history
+    (and works around the embedded Tansu engine's fetch deviations)."""
+    expected = "bolide" if stale_watermarks(cluster) else "kafka"
+    assert resolve_source(spark, "auto", cluster) == expected
+    assert resolve_source(spark, "auto", cluster, history="sqlite://") == "bolide"
+    assert resolve_source(spark, "bolide", cluster) == "bolide"
 
 
 def _seq_records(groups: dict[str, int], incomplete: str) -> list[Record]:
