@@ -246,11 +246,13 @@ class StreamConfig:
 
     Args:
         name: Topic name (Kafka's rules: 1-249 of ``[A-Za-z0-9._-]``).
-        partitions: Number of partitions; more than 1 needs ``global_order=False``.
+        partitions: Number of partitions. ``None`` (default): an existing topic is used with
+            the partitions it has; a missing one is created with 1.
         replication_factor: Replicas per partition (Meteor's sync replicas).
         min_insync_replicas: Topic's ``min.insync.replicas``; ``None`` keeps the broker's.
         global_order: One total order for all subscribers (one partition). ``False`` keeps
             each publisher's order only and lets a subscriber group spread the partitions.
+            ``None`` (default): global order exactly when the topic has one partition.
         retention_ms: Topic ``retention.ms`` (Meteor's ring buffer capacity, by time).
         retention_bytes: Topic ``retention.bytes``.
         store: History store that holds what Kafka dropped (``bolide.stores.SqlStore``).
@@ -259,10 +261,10 @@ class StreamConfig:
     """
 
     name: str
-    partitions: int = 1
+    partitions: int | None = None
     replication_factor: int = 1
     min_insync_replicas: int | None = None
-    global_order: bool = True
+    global_order: bool | None = None
     retention_ms: int | None = None
     retention_bytes: int | None = None
     store: HistoryStore | None = field(default=None, compare=False)
@@ -276,13 +278,14 @@ class StreamConfig:
             raise ValueError(
                 f"name {self.name!r} is not a valid topic name (1-249 of [A-Za-z0-9._-])"
             )
-        check_int("partitions", self.partitions, minimum=1)
+        if self.partitions is not None:
+            check_int("partitions", self.partitions, minimum=1)
         check_int("replication_factor", self.replication_factor, minimum=1)
         if self.min_insync_replicas is not None:
             check_int("min_insync_replicas", self.min_insync_replicas, minimum=1)
-        if not isinstance(self.global_order, bool):
-            raise TypeError("global_order must be a bool")
-        if self.global_order and self.partitions != 1:
+        if self.global_order is not None and not isinstance(self.global_order, bool):
+            raise TypeError("global_order must be a bool or None")
+        if self.global_order and self.partitions not in (None, 1):
             raise ValueError(
                 f"partitions={self.partitions} contradicts global_order=True: one total order "
                 "needs one partition; set global_order=False for per-publisher order"

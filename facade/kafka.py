@@ -108,7 +108,8 @@ def _check_configs(admin: AdminClient, stream: StreamConfig) -> None:
 
 
 def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
-    """Create the stream's topic if missing; check an existing one agrees with the config.
+    """Create the stream's topic if missing (``partitions``, or 1 when unset); check an
+    existing one agrees with what the config states (unset partitions take the topic's).
 
     Returns:
         The topic's partition count.
@@ -129,10 +130,16 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
             if settings not in checked:  # another config of a known topic
                 _check_configs(admin_client(cluster), stream)
                 checked.add(settings)
-    if count != stream.partitions:
+    if stream.partitions is not None and count != stream.partitions:
         raise StreamConfigMismatchError(
             f"topic {stream.name!r} has {count} partitions, the stream config says "
             f"{stream.partitions}",
+            stream=stream.name,
+        )
+    if stream.global_order and count != 1:
+        raise StreamConfigMismatchError(
+            f"topic {stream.name!r} has {count} partitions: global_order=True needs one "
+            "(leave global_order unset to use the topic as it is)",
             stream=stream.name,
         )
     return count
@@ -145,7 +152,7 @@ def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
         if count is None:
             new = NewTopic(
                 stream.name,
-                num_partitions=stream.partitions,
+                num_partitions=stream.partitions or 1,
                 replication_factor=stream.replication_factor,
                 config=stream.topic_settings(),
             )

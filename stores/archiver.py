@@ -528,8 +528,9 @@ class Archiver:
 
     def _ends(self) -> dict[_TP, int]:
         ends: dict[_TP, int] = {}
-        for name, stream in self.streams.items():
-            for p, end in log_ends(self.cluster, name, range(stream.partitions)).items():
+        for name in self.streams:
+            parts = [p for topic, p in self._partitions if topic == name]
+            for p, end in log_ends(self.cluster, name, parts).items():
                 ends[(name, p)] = end
         return ends
 

@@ -50,7 +50,7 @@ def publish(cluster: Cluster, stream: StreamConfig, count: int, start: int = 0) 
 
 def archived(store: SqlStore, stream: StreamConfig) -> list[Record]:
     out: list[Record] = []
-    for p in range(stream.partitions):
+    for p in range(stream.partitions or 1):
         out.extend(store.read(stream.name, p, 0, 1_000_000))
     return out
 
@@ -59,7 +59,7 @@ def committed(cluster: Cluster, group: str, stream: StreamConfig) -> dict[int, i
     """The group's committed offsets (missing partitions are left out)."""
     consumer = Consumer(cluster.client_config({"group.id": group}))
     try:
-        asked = [TopicPartition(stream.name, p) for p in range(stream.partitions)]
+        asked = [TopicPartition(stream.name, p) for p in range(stream.partitions or 1)]
         return {tp.partition: tp.offset for tp in consumer.committed(asked, 10) if tp.offset >= 0}
     finally:
         consumer.close()

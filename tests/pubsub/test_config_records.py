@@ -64,7 +64,7 @@ def test_records_read_from_kafka_set_every_slot_and_their_message_group():
         ({"name": "a b"}, ValueError, "name"),
         ({"name": 5}, TypeError, "name"),
         ({"name": "s", "partitions": 0}, ValueError, "partitions"),
-        ({"name": "s", "partitions": 3}, ValueError, "global_order"),
+        ({"name": "s", "partitions": 3, "global_order": True}, ValueError, "global_order"),
         ({"name": "s", "partitions": "2", "global_order": False}, TypeError, "partitions"),
         ({"name": "s", "retention_ms": -5}, ValueError, "retention_ms"),
         ({"name": "s", "capacity": 10}, ValueError, "store"),

@@ -7,8 +7,19 @@ from dataclasses import replace
 
 import pytest
 
-from bolide.facade import Cluster, StreamConfig, StreamConfigMismatchError
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    StreamConfig,
+    StreamConfigMismatchError,
+    Subscriber,
+    SubscriberConfig,
+)
 from bolide.facade.kafka import ensure_topic, forget_topic
+from tests.conftest import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -36,3 +47,40 @@ def test_a_second_config_of_a_known_topic_has_its_settings_checked(
     ensure_topic(cluster, stream)
     with pytest.raises(StreamConfigMismatchError, match=r"retention\.ms"):
         ensure_topic(cluster, replace(stream, retention_ms=60_000))
+
+
+def test_an_existing_topic_is_used_as_it_is(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """``StreamConfig(name=...)`` opens a topic someone else made, whatever its partitions;
+    what the config states explicitly is still checked."""
+    made = stream_factory(partitions=3, global_order=False)
+    ensure_topic(cluster, made)
+    forget_topic(cluster, made.name)  # as another process would meet it
+    plain = StreamConfig(name=made.name)
+    assert ensure_topic(cluster, plain) == 3
+    values = [b"v%d" % i for i in range(30)]
+    with Publisher(cluster, PublisherConfig(stream=plain)) as pub:
+        for i, value in enumerate(values):
+            pub.publish_async(Record(value, key=b"k%d" % i))
+        assert pub.flush(30) == 0
+    config = SubscriberConfig(stream=plain, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+    got: list[Record] = []
+    with Subscriber(cluster, config) as sub:
+        eventually(lambda: got.extend(sub.poll(200)) or len(got) >= len(values), 60)
+    assert sorted(r.data for r in got) == sorted(values)
+    assert {r.partition for r in got} == {0, 1, 2}
+    with pytest.raises(StreamConfigMismatchError, match="global_order=True needs one"):
+        ensure_topic(cluster, StreamConfig(name=made.name, global_order=True))
+    with pytest.raises(StreamConfigMismatchError, match="has 3 partitions"):
+        ensure_topic(cluster, StreamConfig(name=made.name, partitions=2))
+
+
+def test_a_missing_topic_is_created_with_one_partition(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    assert stream.partitions is None and stream.global_order is None
+    assert ensure_topic(cluster, stream) == 1
+    forget_topic(cluster, stream.name)
+    assert ensure_topic(cluster, replace(stream, global_order=True)) == 1

@@ -68,7 +68,7 @@ class CrashRun:
     def start(self, index: int) -> Member:
         args = [
             self.mode, self.cluster.bootstrap_servers, self.stream.name,
-            str(self.stream.partitions), self.group, *self.extra,
+            str(self.stream.partitions or 1), self.group, *self.extra,
         ]  # fmt: skip
         member = Member(self.tmp_path, f"m{index}", args)
         self.members.append(member)
@@ -99,7 +99,7 @@ class CrashRun:
                 last[p] = max(last.get(p, -1), o)
             wait_session_expiry()
             position = committed(
-                self.cluster, self.kafka_group, self.stream.name, self.stream.partitions
+                self.cluster, self.kafka_group, self.stream.name, self.stream.partitions or 1
             )
             self.windows.append((position, last))
 

@@ -115,7 +115,7 @@ def _drain(cluster: Cluster, stream: StreamConfig, want: int, timeout_s: float) 
     consumer = Consumer(
         cluster.client_config({"group.id": f"t-{topic}", "enable.auto.commit": False})
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(stream.partitions)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(stream.partitions or 1)])
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
     try:
