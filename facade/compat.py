@@ -19,7 +19,7 @@ from bolide.facade.errors import BrokerError
 if TYPE_CHECKING:
     from bolide.facade.config import Cluster
 
-__all__ = ["FetchGaps", "confirm_ends", "stale_watermarks"]
+__all__ = ["FetchGaps", "confirm_ends", "confirm_time_offsets", "stale_watermarks"]
 
 
 def stale_watermarks(cluster: Cluster) -> bool:
@@ -117,3 +117,72 @@ class FetchGaps:
             self._checked[partition] = (expected, now)
         consumer.seek(TopicPartition(self.topic, partition, expected))
         return True
+
+
+def confirm_time_offsets(
+    consumer: Consumer,
+    topic: str,
+    answers: dict[int, int],
+    when_ms: int,
+    starts: dict[int, int],
+    ends: dict[int, int],
+) -> dict[int, int]:
+    """The first offset at or after ``when_ms`` per partition, checked against the records'
+    timestamps: Tansu ignores the timestamp of a ListOffsets request and answers 0, so an
+    answer that does not hold is replaced by a binary search over the partition.
+
+    Raises:
+        BrokerError: A record could not be read.
+    """
+    out: dict[int, int] = {}
+    for p, answer in answers.items():
+        at = _Reader(consumer, topic, p)
+        if not at.holds(answer, when_ms, starts[p], ends[p]):
+            answer = at.search(when_ms, starts[p], ends[p])
+        out[p] = answer
+    return out
+
+
+class _Reader:
+    """Reads single records of one partition by offset, for the time lookup."""
+
+    def __init__(self, consumer: Consumer, topic: str, partition: int) -> None:
+        self.consumer, self.topic, self.partition = consumer, topic, partition
+
+    def at(self, offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp_ms)`` of the first record at or after ``offset``, or None."""
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+        for _ in range(100):  # up to 10 s
+            msg = self.consumer.poll(0.1)
+            if msg is None:
+                continue
+            err, at = msg.error(), msg.offset()
+            if err is None and at is not None and at >= offset:
+                return at, int(msg.timestamp()[1])
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                return None
+        raise BrokerError(f"cannot read {self.topic}[{self.partition}] at offset {offset}")
+
+    def holds(self, answer: int, when: int, start: int, end: int) -> bool:
+        """True when ``answer`` is the first position at or after ``when``."""
+        if answer < end:
+            first = self.at(answer)
+            if first is None or first[1] < when:
+                return False
+        if answer > start:
+            before = self.at(answer - 1)
+            if before is not None and before[0] < answer and before[1] >= when:
+                return False
+        return True
+
+    def search(self, when: int, start: int, end: int) -> int:
+        """Binary search for the first position whose record is at or after ``when``."""
+        lo, hi = start, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self.at(mid)
+            if found is None or found[1] >= when:
+                hi = mid
+            else:
+                lo = found[0] + 1
+        return lo

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from bolide.facade.compat import confirm_ends, stale_watermarks
+from bolide.facade.compat import confirm_ends, confirm_time_offsets, stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BrokerError, StreamConfigMismatchError
 
@@ -28,6 +28,7 @@ __all__ = [
     "log_ends",
     "log_starts",
     "new_client",
+    "offsets_for_time",
     "probe_consumer",
 ]
 
@@ -331,3 +332,36 @@ def log_ends(
     finally:
         if own:
             consumer.close()
+
+
+def offsets_for_time(
+    cluster: Cluster, topic: str, partitions: Iterable[int], when_ms: int
+) -> dict[int, int]:
+    """The first offset whose record's timestamp is at or after ``when_ms``, per partition;
+    the partition's end when there is none (Kafka's ``offsetsForTimes``).
+
+    Raises:
+        BrokerError: The broker refused or did not answer the lookup.
+    """
+    parts = list(partitions)
+    ends = log_ends(cluster, topic, parts)
+    consumer = probe_consumer(cluster)
+    try:
+        try:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, when_ms) for p in parts], _TIMEOUT_S
+            )
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot look up offsets by time on {topic!r}: {exc}", stream=topic
+            ) from None
+        answers: dict[int, int] = {}
+        for tp in found:  # -1: no record at or after the time
+            end = ends[tp.partition]
+            answers[tp.partition] = tp.offset if 0 <= tp.offset <= end else end
+        if not stale_watermarks(cluster):
+            return answers
+        starts = log_starts(consumer, topic, parts, cluster=cluster)
+        return confirm_time_offsets(consumer, topic, answers, when_ms, starts, ends)
+    finally:
+        consumer.close()

@@ -42,7 +42,7 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import committed_offsets, ensure_topic, new_client
+from bolide.facade.kafka import committed_offsets, ensure_topic, new_client, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch
@@ -353,6 +353,32 @@ class Subscriber(Closing):
             self._check_open()
             self._fetcher.drop({p})
             self._fetcher.move(p, self._positions.seek_target(p, offset))
+
+    def seek_to_time(self, timestamp_ms: int, partition: int | None = None) -> None:
+        """Move an ungrouped subscriber to the first record at or after ``timestamp_ms``
+        (epoch milliseconds) on ``partition``, or on every partition when ``None``; to the
+        end of a partition with no such record (Kafka's ``offsetsForTimes``).
+
+        Raises:
+            IllegalSubscriberStateError: The subscriber is grouped.
+            ValueError: ``timestamp_ms`` is negative, or ``partition`` is not one of the
+                stream's.
+            BrokerError: The broker refused or did not answer the lookup.
+        """
+        if self.grouped:
+            raise IllegalSubscriberStateError("seek_to_time is for ungrouped subscribers only")
+        check_int("timestamp_ms", timestamp_ms)
+        if partition is None:
+            parts = list(range(self.partitions))
+        else:
+            parts = [self._partition_arg(partition)]
+        self._check_open()
+        offsets = offsets_for_time(self.cluster, self.topic, parts, timestamp_ms)
+        with self._lock:
+            self._check_open()
+            self._fetcher.drop(set(offsets))
+            for p, offset in offsets.items():
+                self._fetcher.move(p, self._positions.seek_target(p, offset))
 
     def confirm(
         self, offset: int | None = None, partition: int | None = None, *, conn: Any = None

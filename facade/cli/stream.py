@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
-
 from bolide.facade.cli.common import (
     add_cluster_arguments,
     add_db_argument,
@@ -242,7 +240,7 @@ def parse_time_ms(text: str) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     from bolide.facade.config import InitialOffsetScheme, SubscriberConfig
-    from bolide.facade.kafka import log_ends, log_starts, probe_consumer
+    from bolide.facade.kafka import log_ends, log_starts, offsets_for_time, probe_consumer
     from bolide.facade.subscriber import Subscriber
 
     chosen = (args.from_beginning, args.from_offset is not None, args.from_time is not None)
@@ -287,7 +285,7 @@ def _tail(args: argparse.Namespace) -> int:
             for p in parts:
                 sub.seek(args.from_offset, partition=p)
         elif when is not None:
-            starts = _offsets_for_time(cluster, stream.name, parts, when)
+            starts = offsets_for_time(cluster, stream.name, parts, when)
             for p, offset in starts.items():
                 sub.seek(offset, partition=p)
         elif args.from_beginning and ends:
@@ -304,81 +302,6 @@ def _tail(args: argparse.Namespace) -> int:
             f" to {ends}" if ends else "",
         )
         return _print_records(args, sub, serde, starts, ends)
-
-
-def _offsets_for_time(cluster: Any, topic: str, parts: list[int], when: int) -> dict[int, int]:
-    """The first offset at or after ``when`` per partition (the end when there is none).
-
-    Asks the broker (``offsets_for_times``), then checks its answer against the records'
-    timestamps; an answer that does not hold (the embedded broker ignores the timestamp and
-    answers 0) is replaced by a binary search over the partition.
-    """
-    from bolide.facade.kafka import log_ends, log_starts, probe_consumer
-
-    ends = log_ends(cluster, topic, parts)
-    consumer = probe_consumer(cluster)
-    try:
-        try:
-            found = consumer.offsets_for_times([TopicPartition(topic, p, when) for p in parts], 10)
-        except Exception as exc:  # KafkaException: the broker refused the lookup
-            raise BolideError(f"cannot look up offsets by time on {topic!r}: {exc}") from None
-        starts = log_starts(consumer, topic, parts, cluster=cluster)
-        out: dict[int, int] = {}
-        for tp in found:
-            p, end, start = tp.partition, ends[tp.partition], starts[tp.partition]
-            answer = tp.offset if 0 <= tp.offset <= end else end
-            at = _Reader(consumer, topic, p)
-            if not at.holds(answer, when, start, end):
-                answer = at.search(when, start, end)
-            out[p] = answer
-        return out
-    finally:
-        consumer.close()
-
-
-class _Reader:
-    """Reads single records of one partition by offset, for the time lookup."""
-
-    def __init__(self, consumer: Any, topic: str, partition: int) -> None:
-        self.consumer, self.topic, self.partition = consumer, topic, partition
-
-    def at(self, offset: int) -> tuple[int, int] | None:
-        """``(offset, timestamp_ms)`` of the first record at or after ``offset``, or None."""
-        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
-        for _ in range(100):  # up to 10 s
-            msg = self.consumer.poll(0.1)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is None and msg.offset() >= offset:
-                return int(msg.offset()), int(msg.timestamp()[1])
-            if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                return None
-        raise BolideError(f"cannot read {self.topic}[{self.partition}] at offset {offset}")
-
-    def holds(self, answer: int, when: int, start: int, end: int) -> bool:
-        """True when ``answer`` is the first position at or after ``when``."""
-        if answer < end:
-            first = self.at(answer)
-            if first is None or first[1] < when:
-                return False
-        if answer > start:
-            before = self.at(answer - 1)
-            if before is not None and before[0] < answer and before[1] >= when:
-                return False
-        return True
-
-    def search(self, when: int, start: int, end: int) -> int:
-        """Binary search for the first position whose record is at or after ``when``."""
-        lo, hi = start, end
-        while lo < hi:
-            mid = (lo + hi) // 2
-            found = self.at(mid)
-            if found is None or found[1] >= when:
-                hi = mid
-            else:
-                lo = found[0] + 1
-        return lo
 
 
 def _print_records(
