@@ -76,8 +76,12 @@ def admin_config(cluster: Cluster) -> dict[str, Any]:
 
 
 def admin_client(cluster: Cluster) -> AdminClient:
-    """An AdminClient with the cluster's settings."""
-    return AdminClient(admin_config(cluster))
+    """An AdminClient with the cluster's settings.
+
+    Raises:
+        ValueError: librdkafka refused one of the cluster's settings (named in the message).
+    """
+    return new_client(AdminClient, admin_config(cluster), "cluster setting")
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:

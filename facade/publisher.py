@@ -246,13 +246,19 @@ class Publisher(Closing):
             headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
         if TELEMETRY is not None:  # a send span; its context goes in the headers
             headers, report = TELEMETRY.send(self._topic, rec, headers, report)
+        partition = self._partition
+        if rec.partition is not None and rec.offset is None:  # Record(..., partition=p)
+            partition = rec.partition
+            if partition >= self.partitions:
+                report(f"partition {partition} does not exist ({self.partitions} partitions)", None)
+                return True
         while True:
             try:
                 self._producer.produce(
                     self._topic,
                     rec.data,
                     key,
-                    partition=self._partition,
+                    partition=partition,
                     on_delivery=report,
                     headers=headers,
                 )

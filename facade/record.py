@@ -71,6 +71,9 @@ class Record:
         headers: A dict or a list of ``(str, bytes)`` pairs (repeated names allowed).
         group: Message group id (HornetQ's JMSXGroupID): becomes the Kafka key, so one member
             of a subscriber group reads the group in order (docs/concepts.md, glossary).
+        partition: Publish to this partition (Kafka's ``ProducerRecord`` partition); by
+            default the key, or the publisher, picks it. A record read or already published
+            (its ``offset`` set) goes where the key or the publisher sends it.
 
     After publishing or polling, ``offset``, ``partition`` and ``timestamp_ms`` are set.
     Durable replays set ``replayed``; a serde sets ``value`` to the decoded object.
@@ -95,6 +98,8 @@ class Record:
         key: bytes | str | None = None,
         headers: HeadersInput = None,
         group: str | None = None,
+        *,
+        partition: int | None = None,
     ) -> None:
         if type(data) is not bytes:  # the common case skips the checks and the copy
             if not isinstance(data, bytes | bytearray | memoryview):
@@ -109,6 +114,13 @@ class Record:
             key = key.encode()
         elif key is not None and not isinstance(key, bytes):
             raise TypeError(f"key must be bytes or str, not {type(key).__name__}")
+        if partition is not None:
+            if type(partition) is not int or partition < 0:
+                raise ValueError(f"partition must be an int >= 0, not {partition!r}")
+            if group is not None:
+                raise ValueError(
+                    "partition and group contradict each other: a group's partition is its key's"
+                )
         if group is not None and key is not None and key != group.encode():
             raise ValueError(
                 f"key {key!r} and group {group!r} disagree: a group's records are keyed by "
@@ -119,7 +131,7 @@ class Record:
         self.key: bytes | None = key if key is not None else (group.encode() if group else None)
         self.headers: Headers = [] if headers is None else normalize_headers(headers)
         self.offset: int | None = None
-        self.partition: int | None = None
+        self.partition: int | None = partition
         self.timestamp_ms: int | None = None
         self.replayed: bool = False
         self.stream: str | None = None

@@ -22,6 +22,7 @@ import pytest
 from bolide.facade import Cluster, StreamConfig
 from bolide.facade.cli.main import build_parser, main
 from bolide.facade.cli.stream import parse_time_ms
+from bolide.facade.kafka import admin_client
 from bolide.stores import SqlStore
 
 _SCRIPT = shutil.which("bolide", path=str(Path(sys.executable).parent))
@@ -295,3 +296,64 @@ def test_avro_publish_and_tail_through_the_sql_registry(
     assert "cannot decode" in decoded.stderr
     raw = bolide("tail", "--stream", name, *where, "--from-beginning", "--count", "1")
     assert raw.stdout.split()[-1].startswith("\\x00")  # magic byte 0, then the schema id
+
+
+def test_version_and_no_abbreviated_options() -> None:
+    version = bolide("--version")
+    assert version.returncode == 0 and version.stdout.startswith("bolide ")
+    # --part is not taken for --partition (or --partitions): every parser refuses prefixes.
+    done = bolide("publish", "-t", "s", "-b", "127.0.0.1:1", "--part", "1", "x")
+    assert done.returncode == 2 and "unrecognized arguments: --part" in done.stderr
+
+
+def test_a_refused_librdkafka_setting_is_named() -> None:
+    done = bolide("tail", "-t", "s", "-b", "127.0.0.1:1", "-Xno.such.setting=1")
+    assert done.returncode == 2, done.stderr
+    assert 'No such configuration property: "no.such.setting"' in done.stderr
+
+
+@pytest.mark.kafka
+def test_reading_commands_never_create_a_topic(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    assert bolide("publish", "-t", name, *where, "x").returncode == 0
+    typo = name[:-1] + ("x" if name[-1] != "x" else "y")
+    for command in (["tail", "-t", typo, "-e"], ["lag", "-t", typo], ["top", "-t", typo]):
+        done = bolide(*command, *where)
+        assert done.returncode == 2, (command, done.stderr)
+        assert f"stream {typo!r} does not exist on {cluster.bootstrap_servers}" in done.stderr
+        assert f"did you mean {name!r}" in done.stderr
+    meta = admin_client(cluster).list_topics(timeout=10)
+    assert typo not in meta.topics
+
+
+@pytest.mark.kafka
+def test_kcat_flags_keys_partitions_and_the_last_records(
+    stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    lines = "".join(f"k{i}:v{i}\n" for i in range(6)) + "no key here\n"
+    done = bolide("publish", "-t", name, *where, "--partitions", "2", "-K", ":", stdin=lines)
+    assert done.returncode == 0, done.stderr
+    pinned = bolide("publish", "-t", name, *where, "-p", "1", "-k", "pk", "--json", "pinned")
+    assert pinned.returncode == 0, pinned.stderr
+    assert _json_lines(pinned.stdout)[0]["partition"] == 1
+    beyond = bolide("publish", "-t", name, *where, "-p", "2", "x")
+    assert beyond.returncode == 2 and "--partition 2" in beyond.stderr
+
+    everything = bolide("tail", "-t", name, *where, "--from-beginning", "-e", "-K", "=")
+    assert everything.returncode == 0, everything.stderr
+    pairs = [line.split("=", 1) for line in everything.stdout.splitlines()]
+    assert sorted(v for _, v in pairs) == sorted(
+        [*(f"v{i}" for i in range(6)), "no key here", "pinned"]
+    )
+    assert {k: v for k, v in pairs if v.startswith("v")} == {f"k{i}": f"v{i}" for i in range(6)}
+    last = bolide("tail", "-t", name, *where, "--last", "1", "-p", "1", "-e", "--json")
+    rows = _json_lines(last.stdout)
+    assert [(r["partition"], r["value"], r["key"]) for r in rows] == [(1, "pinned", "pk")]
+    per_partition = bolide("tail", "-t", name, *where, "--last", "2", "-e", "--json")
+    counted = [r["partition"] for r in _json_lines(per_partition.stdout)]
+    assert sorted(counted) == [0, 0, 1, 1]
+    two = bolide("tail", "-t", name, *where, "--from-beginning", "-c", "2")
+    assert two.returncode == 0 and len(two.stdout.splitlines()) == 2

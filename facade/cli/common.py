@@ -4,6 +4,7 @@ rows and bytes are printed."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +16,10 @@ __all__ = [
     "add_cluster_arguments",
     "add_db_argument",
     "cluster_from_args",
+    "existing_partitions",
+    "missing_stream",
     "render_bytes",
+    "require_streams",
     "table",
 ]
 
@@ -25,6 +29,7 @@ _CELL_WIDTH = 60  # longer cells are cut, with "..."
 def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap`` with the ``BOLIDE_BOOTSTRAP`` environment default."""
     parser.add_argument(
+        "-b",
         "--bootstrap",
         default=os.environ.get("BOLIDE_BOOTSTRAP"),
         help="Kafka bootstrap servers (default: $BOLIDE_BOOTSTRAP)",
@@ -64,10 +69,58 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         except ValueError:
             parser.error("-X fetch_gap_settle_ms expects an integer")
     try:
-        return Cluster(args.bootstrap, **settings)
+        cluster = Cluster(args.bootstrap, **settings)
     except (ValueError, TypeError) as error:
         parser.error(str(error))
         raise  # pragma: no cover - error() exits
+    if args.settings:
+        _admin(args, cluster)  # librdkafka checks every -X now: a refused one exits 2
+    return cluster
+
+
+def _admin(args: argparse.Namespace, cluster: Cluster) -> Any:
+    from bolide.facade.kafka import admin_client
+
+    try:
+        return admin_client(cluster)
+    except ValueError as exc:  # a -X setting librdkafka refuses: named in the message
+        args.parser.error(f"-X: {exc}")
+
+
+def require_streams(args: argparse.Namespace, cluster: Cluster, names: Sequence[str]) -> None:
+    """A usage error (exit 2) unless every stream in ``names`` exists: reading commands never
+    create a topic."""
+    for name in names:
+        if existing_partitions(args, cluster, name) is None:
+            args.parser.error(missing_stream(args, cluster, name))
+
+
+def existing_partitions(args: argparse.Namespace, cluster: Cluster, name: str) -> int | None:
+    """The partition count of topic ``name``, or ``None`` when it does not exist.
+
+    Raises:
+        BolideError: The cluster did not answer.
+    """
+    from bolide.facade.errors import BolideError
+    from bolide.facade.kafka import partition_count
+
+    try:
+        return partition_count(_admin(args, cluster), name)
+    except Exception as exc:  # KafkaException: the broker did not answer
+        raise BolideError(
+            f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}"
+        ) from None
+
+
+def missing_stream(args: argparse.Namespace, cluster: Cluster, name: str) -> str:
+    """The usage error for a stream that does not exist, with similar names as a hint."""
+    try:
+        topics = list(_admin(args, cluster).list_topics(timeout=10).topics)
+    except Exception:  # KafkaException: the hint is a courtesy
+        topics = []
+    close = difflib.get_close_matches(name, topics, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(repr(t) for t in close)}?)" if close else ""
+    return f"stream {name!r} does not exist on {cluster.bootstrap_servers}{hint}"
 
 
 def add_db_argument(

@@ -11,6 +11,8 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
 
 from bolide.facade.errors import BolideError
 from bolide.facade.redaction import redact_text
@@ -33,12 +35,29 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated options: ``--partition`` never silently means ``--partitions``. Every
+    subcommand's parser is one too (``add_subparsers`` makes parsers of its own class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("bolide")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``bolide`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bolide", description="Meteor's streaming API on Kafka, with SQL history and Spark."
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logs (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"bolide {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         try:

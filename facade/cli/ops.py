@@ -11,16 +11,14 @@ import sys
 from contextlib import ExitStack
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from bolide.facade.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,
+    require_streams,
     table,
 )
 from bolide.facade.config import Cluster
-from bolide.facade.kafka import admin_config, new_client
 from bolide.facade.ops import (
     LagReport,
     describe_groups,
@@ -42,7 +40,7 @@ def add_scope_arguments(parser: argparse.ArgumentParser) -> None:
         "--group", action="append", default=None, metavar="G", help="consumer group (repeatable)"
     )
     parser.add_argument(
-        "--stream", action="append", default=None, metavar="S", help="stream (repeatable)"
+        "-t", "--stream", action="append", default=None, metavar="S", help="stream (repeatable)"
     )
     add_db_argument(
         parser,
@@ -55,13 +53,10 @@ def add_scope_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def checked_cluster(args: argparse.Namespace) -> Cluster:
-    """``cluster_from_args``, with the ``-X`` settings checked by librdkafka at once: a
-    refused one is a usage error (exit 2), not a failure at the first admin call."""
+    """``cluster_from_args``, and every ``--stream`` named exists (a usage error, exit 2,
+    otherwise: nothing here creates a topic)."""
     cluster = cluster_from_args(args)
-    try:
-        new_client(AdminClient, admin_config(cluster), "-X")
-    except ValueError as error:
-        args.parser.error(str(error))
+    require_streams(args, cluster, getattr(args, "stream", None) or [])
     return cluster
 
 

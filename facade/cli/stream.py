@@ -23,9 +23,11 @@ from bolide.facade.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,
+    existing_partitions,
+    missing_stream,
     render_bytes,
 )
-from bolide.facade.errors import BolideError, SerializationError
+from bolide.facade.errors import SerializationError
 
 __all__ = ["parse_time_ms", "register"]
 
@@ -43,7 +45,23 @@ def register(subparsers: Any) -> None:
     )
     pub.add_argument("value", nargs="?", default="-", help="the value; '-' reads stdin lines")
     _stream_args(pub)
-    pub.add_argument("--key", default=None, help="Kafka key of every record")
+    pub.add_argument("-k", "--key", default=None, help="Kafka key of every record")
+    pub.add_argument(
+        "-K",
+        dest="key_delimiter",
+        default=None,
+        metavar="DELIM",
+        help="each line is KEY DELIM VALUE, split at the first DELIM (a line without it has "
+        "no key)",
+    )
+    pub.add_argument(
+        "-p",
+        "--partition",
+        type=int,
+        default=None,
+        metavar="N",
+        help="publish to partition N (default: the key, or the publisher, picks it)",
+    )
     pub.add_argument("--group", default=None, help="message group (becomes the key)")
     pub.add_argument(
         "--header",
@@ -78,8 +96,24 @@ def register(subparsers: Any) -> None:
         help="from the first record at or after WHEN: ISO 8601 (UTC unless it has an "
         "offset) or epoch milliseconds",
     )
-    tail.add_argument("--partition", type=int, default=None, help="only this partition")
-    tail.add_argument("--count", type=int, default=None, metavar="N", help="stop after N records")
+    start.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        metavar="N",
+        help="from the last N records of each partition",
+    )
+    tail.add_argument("-p", "--partition", type=int, default=None, help="only this partition")
+    tail.add_argument(
+        "-c", "--count", type=int, default=None, metavar="N", help="stop after N records"
+    )
+    tail.add_argument(
+        "-K",
+        dest="key_delimiter",
+        default=None,
+        metavar="DELIM",
+        help="print each record as KEY DELIM VALUE (kcat -K)",
+    )
     tail.add_argument(
         "-e", "--exit-at-end", action="store_true", help="stop once the end is reached"
     )
@@ -100,7 +134,7 @@ def register(subparsers: Any) -> None:
 
 
 def _stream_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stream", required=True, help="the stream (topic)")
+    parser.add_argument("-t", "--stream", required=True, help="the stream (topic)")
     add_cluster_arguments(parser)
     parser.add_argument(
         "--avro-schema",
@@ -126,23 +160,21 @@ def _serde(args: argparse.Namespace) -> Any:
     return AvroSerde(schema, registry=args.db)
 
 
-def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None) -> Any:
+def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None, *, create: bool) -> Any:
+    """The stream named by ``--stream``: the topic as it is; a missing one is created with
+    ``partitions`` (default 1) when ``create``, else a usage error (exit 2) naming similar
+    streams."""
     from bolide.facade.config import StreamConfig
-    from bolide.facade.kafka import admin_client, partition_count
 
     try:
         StreamConfig(name=args.stream)  # a usage error before any network round trip
     except (ValueError, TypeError) as exc:
         args.parser.error(str(exc))
-    if partitions is None:
-        try:
-            partitions = partition_count(admin_client(cluster), args.stream) or 1
-        except Exception as exc:  # the admin client raises KafkaException
-            raise BolideError(
-                f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}"
-            ) from None
+    count = existing_partitions(args, cluster, args.stream)
+    if count is None and not create:
+        args.parser.error(missing_stream(args, cluster, args.stream))
     try:
-        return StreamConfig(name=args.stream, partitions=partitions, global_order=partitions == 1)
+        return StreamConfig(name=args.stream, partitions=partitions or count)
     except (ValueError, TypeError) as exc:
         args.parser.error(str(exc))
 
@@ -157,6 +189,16 @@ def _publish(args: argparse.Namespace) -> int:
 
     if args.key is not None and args.group is not None:
         args.parser.error("--key and --group contradict each other: a group is the key")
+    if args.key_delimiter is not None and (args.key is not None or args.group is not None):
+        args.parser.error("-K takes each record's key from its line: no --key or --group")
+    if args.key_delimiter == "":
+        args.parser.error("-K needs a non-empty delimiter")
+    if args.partition is not None and args.partition < 0:
+        args.parser.error("--partition must be >= 0")
+    if args.partition is not None and args.group is not None:
+        args.parser.error(
+            "--partition and --group contradict each other: a group's partition is its key's"
+        )
     if args.partitions is not None and args.partitions < 1:
         args.parser.error("--partitions must be at least 1")
     headers = []
@@ -167,20 +209,29 @@ def _publish(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     cluster = cluster_from_args(args)
     serde = _serde(args)
-    stream = _stream(args, cluster, args.partitions)
+    stream = _stream(args, cluster, args.partitions, create=True)
+    count = stream.partitions or 1
+    if args.partition is not None and args.partition >= count:
+        args.parser.error(f"--partition {args.partition}: {stream.name!r} has {count}")
     values = _lines(sys.stdin) if args.value == "-" else iter([args.value])
     log.info(
         "publishing to %s (%d partitions) at %s%s",
         stream.name,
-        stream.partitions,
+        count,
         cluster.bootstrap_servers,
         " from standard input" if args.value == "-" else "",
     )
     sent = 0
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
-        for text in values:
+        for line in values:
+            key, text = args.key, line
+            if args.key_delimiter is not None:
+                found, sep, rest = line.partition(args.key_delimiter)
+                key, text = (found, rest) if sep else (None, line)
             data = _encode(serde, text, stream.name)
-            record = Record(data, key=args.key, headers=headers, group=args.group)
+            record = Record(
+                data, key=key, headers=headers, group=args.group, partition=args.partition
+            )
             offset = pub.publish(record)
             sent += 1
             if args.json:
@@ -243,13 +294,18 @@ def _tail(args: argparse.Namespace) -> int:
     from bolide.facade.kafka import log_ends, log_starts, offsets_for_time, probe_consumer
     from bolide.facade.subscriber import Subscriber
 
-    chosen = (args.from_beginning, args.from_offset is not None, args.from_time is not None)
+    chosen = (
+        args.from_beginning,
+        args.from_offset is not None,
+        args.from_time is not None,
+        args.last is not None,
+    )
     if args.group is not None and (any(chosen) or args.exit_at_end):
         args.parser.error(
             "--group resumes from the group's confirmed offsets: it takes no --from-* "
             "or --exit-at-end"
         )
-    for name in ("count", "from_offset", "partition"):
+    for name in ("count", "from_offset", "partition", "last"):
         value = getattr(args, name)
         if value is not None and value < 0:
             args.parser.error(f"--{name.replace('_', '-')} must be >= 0")
@@ -263,10 +319,11 @@ def _tail(args: argparse.Namespace) -> int:
             args.parser.error(str(exc))
     cluster = cluster_from_args(args)
     serde = _serde(args)
-    stream = _stream(args, cluster, None)
-    if args.partition is not None and args.partition >= stream.partitions:
-        args.parser.error(f"--partition {args.partition}: {stream.name!r} has {stream.partitions}")
-    parts = [args.partition] if args.partition is not None else list(range(stream.partitions))
+    stream = _stream(args, cluster, None, create=False)
+    count = stream.partitions or 1
+    if args.partition is not None and args.partition >= count:
+        args.parser.error(f"--partition {args.partition}: {stream.name!r} has {count}")
+    parts = [args.partition] if args.partition is not None else list(range(count))
     scheme = InitialOffsetScheme.EARLIEST if args.from_beginning else InitialOffsetScheme.LATEST
     if args.group is not None:
         scheme = InitialOffsetScheme.AUTO
@@ -286,6 +343,16 @@ def _tail(args: argparse.Namespace) -> int:
                 sub.seek(args.from_offset, partition=p)
         elif when is not None:
             starts = offsets_for_time(cluster, stream.name, parts, when)
+            for p, offset in starts.items():
+                sub.seek(offset, partition=p)
+        elif args.last is not None:
+            last_ends = ends or log_ends(cluster, stream.name, parts)
+            consumer = probe_consumer(cluster)
+            try:
+                firsts = log_starts(consumer, stream.name, parts, cluster=cluster)
+            finally:
+                consumer.close()
+            starts = {p: max(firsts[p], last_ends[p] - args.last) for p in parts}
             for p, offset in starts.items():
                 sub.seek(offset, partition=p)
         elif args.from_beginning and ends:
@@ -321,7 +388,9 @@ def _print_records(
             if args.partition is not None and record.partition != args.partition:
                 continue
             positions[record.partition] = record.offset + 1
-            print(_render(record, serde, as_json=args.json), flush=True)
+            print(
+                _render(record, serde, as_json=args.json, delimiter=args.key_delimiter), flush=True
+            )
             shown[record.partition] = record.offset
             printed += 1
             if args.count is not None and printed >= args.count:
@@ -332,7 +401,7 @@ def _print_records(
     return 0
 
 
-def _render(record: Any, serde: Any, *, as_json: bool) -> str:
+def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = None) -> str:
 
     value: Any
     if serde is not None:
@@ -361,6 +430,8 @@ def _render(record: Any, serde: Any, *, as_json: bool) -> str:
             default=str,
         )
     shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    if delimiter is not None:
+        return f"{key if key is not None else ''}{delimiter}{shown}"
     header_text = ",".join(f"{n}={v}" for n, v in headers)
     return (
         f"{record.partition}:{record.offset} key={key if key is not None else '-'} "

@@ -6,10 +6,12 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from bolide.facade import (
+    Cluster,
     InitialOffsetScheme,
     Publisher,
     PublisherConfig,
@@ -177,3 +179,24 @@ def test_a_closed_publisher_refuses_records_and_a_receiver_can_be_replaced(clust
         first.close()
         second = sub.attach_receiver(lambda r: None, 10)
         assert second.running
+
+
+def test_a_record_may_name_its_partition(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory(partitions=3)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for p in (2, 0, 1, 2):
+            record = Record(b"to-%d" % p, key=b"same key", partition=p)
+            pub.publish(record)
+            assert record.partition == p
+        with pytest.raises(PublishError, match="partition 3 does not exist"):
+            pub.publish(Record(b"nowhere", partition=3))
+        again = Record(b"again", key=b"same key", partition=0)
+        pub.publish(again)
+        moved = pub.publish_async(again)  # already published: the key picks the partition
+        assert moved.result(10) >= 0
+    with pytest.raises(ValueError, match="partition must be an int"):
+        Record(b"x", partition=-1)
+    with pytest.raises(ValueError, match="partition and group"):
+        Record(b"x", group="g", partition=0)
