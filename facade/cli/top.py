@@ -24,6 +24,9 @@ from bolide.facade.ops import LagReport, Rates, rates
 __all__ = ["register", "render"]
 
 _BAR_WIDTH = 24
+_NARROW_BAR_WIDTH = 5  # below 110 columns
+_BAR_FLOOR = 100  # records: the smallest scale a bar is drawn on
+_MIN_NAME = 5  # characters of a name column, however narrow the screen
 
 
 def register(subparsers: Any) -> None:
@@ -70,7 +73,9 @@ def _top(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(_json(report, speed, update)), flush=True)
                     continue
-                view = render(report, speed, title=f"{title} - update {update}")
+                view = render(
+                    report, speed, title=f"{title} - update {update}", width=console.width
+                )
                 if live is None:
                     live = stack.enter_context(
                         Live(view, console=console, auto_refresh=False, transient=False)
@@ -97,78 +102,113 @@ def _json(report: LagReport, speed: Rates | None, update: int) -> dict[str, Any]
     return out
 
 
-def _bar(value: int, top: int) -> Text:
-    filled = 0 if top <= 0 else round(_BAR_WIDTH * min(value, top) / top)
+def _bar(value: int, top: int, width: int) -> Text:
+    """A bar proportional to ``value``: full at the largest lag shown, but never on a scale
+    below ``_BAR_FLOOR`` records, so a lag of a few records draws a sliver, not a full bar."""
+    scale = max(top, _BAR_FLOOR)
+    filled = round(width * min(value, scale) / scale)
     if value > 0:
         filled = max(filled, 1)
-    style = "green" if value == 0 else ("yellow" if value < top else "red")
-    return Text("█" * filled, style=style) + Text("·" * (_BAR_WIDTH - filled), style="dim")
+    style = "green" if value == 0 else ("red" if value >= _BAR_FLOOR and value == top else "yellow")
+    return Text("█" * filled, style=style) + Text("·" * (width - filled), style="dim")
+
+
+def _table(title: str, columns: list[tuple[str, str]], rows: list[list[Any]], width: int) -> Table:
+    """A table ``width`` columns wide at most, whose ``number`` and ``bar`` columns are never
+    narrowed (never cut), while its ``text`` columns (names) share what is left, cut with an
+    ellipsis on a narrow screen."""
+    table = Table(title=title, title_justify="left")
+    widest = [
+        max([len(name), *(len(row[i]) for row in rows)]) for i, (name, _) in enumerate(columns)
+    ]
+    texts = [i for i, (_, kind) in enumerate(columns) if kind == "text"]
+    fixed = sum(w for i, w in enumerate(widest) if i not in texts) + 3 * len(columns) + 1
+    share = max(_MIN_NAME, (width - fixed) // max(1, len(texts)))
+    for index, (name, kind) in enumerate(columns):
+        if kind == "text":
+            table.add_column(
+                name, no_wrap=True, overflow="ellipsis", max_width=min(widest[index], share)
+            )
+            continue
+        table.add_column(
+            name,
+            justify="right" if kind == "number" else "left",
+            no_wrap=True,
+            min_width=widest[index],
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def render(report: LagReport, speed: Rates | None, *, title: str = "bolide top") -> Group:
-    """One screen of ``bolide top``: streams, group lags, archive, durable clients."""
+def render(
+    report: LagReport, speed: Rates | None, *, title: str = "bolide top", width: int = 120
+) -> Group:
+    """One screen of ``bolide top``, ``width`` columns wide: streams, group lags, archive,
+    durable clients. Numbers are never cut; names are, with an ellipsis, on a narrow screen."""
+    bar = _BAR_WIDTH if width >= 110 else _NARROW_BAR_WIDTH
     when = datetime.fromtimestamp(report.taken_ms / 1000).strftime("%H:%M:%S")
     parts: list[Any] = [Text(f"{title} - {when}", style="bold")]
-    streams = Table(title="streams", title_justify="left", expand=False)
-    for name in ("STREAM", "PARTITIONS", "LOG-END", "PUBLISH/S"):
-        streams.add_column(name, justify="left" if name == "STREAM" else "right")
     by_stream: dict[str, list[int]] = {}
     for (stream, _), end in sorted(report.ends.items()):
         by_stream.setdefault(stream, []).append(end)
+    rows: list[list[Any]] = []
     for stream, ends in by_stream.items():
         rate = speed.published.get(stream, 0.0) if speed is not None else None
-        streams.add_row(stream, str(len(ends)), f"{sum(ends):,}", _rate(rate))
+        rows.append([stream, str(len(ends)), f"{sum(ends):,}", _rate(rate)])
+    columns = [("STREAM", "text"), ("PARTITIONS", "number"), ("LOG-END", "number")]
+    streams = _table("streams", [*columns, ("PUBLISH/S", "number")], rows, width)
     parts.append(streams if by_stream else Text("streams: none"))
 
     top = max([r.lag for r in report.partitions] + [a.lag for a in report.archive], default=0)
-    lags = Table(title="lag per group and partition", title_justify="left")
-    for name in ("GROUP", "STREAM", "P", "COMMITTED", "LOG-END", "LAG"):
-        lags.add_column(name, justify="left" if name in {"GROUP", "STREAM"} else "right")
-    lags.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
-    lags.add_column("CONSUMED/S", justify="right")
-    lags.add_column("OWNER")
+    rows = []
     for r in report.partitions:
         rate = speed.consumed.get((r.group, r.stream, r.partition)) if speed is not None else None
-        lags.add_row(
-            r.group,
-            r.stream,
-            str(r.partition),
-            "-" if r.committed is None else f"{r.committed:,}",
-            f"{r.log_end:,}",
-            f"{r.lag:,}",
-            _bar(r.lag, top),
-            _rate(rate),
-            r.client_id or r.member_id or "-",
+        rows.append(
+            [
+                r.group,
+                r.stream,
+                str(r.partition),
+                "-" if r.committed is None else f"{r.committed:,}",
+                f"{r.log_end:,}",
+                f"{r.lag:,}",
+                _bar(r.lag, top, bar),
+                _rate(rate),
+                r.client_id or r.member_id or "-",
+            ]
         )
+    columns = [("GROUP", "text"), ("STREAM", "text"), ("P", "number")]
+    columns += [("COMMITTED", "number"), ("LOG-END", "number"), ("LAG", "number")]
+    columns += [("", "bar"), ("CONSUMED/S", "number"), ("OWNER", "text")]
+    lags = _table("lag per group and partition", columns, rows, width)
     parts.append(lags if report.partitions else Text("groups: none"))
 
     if report.archive:
-        archive = Table(title="archive", title_justify="left")
-        for name in ("STREAM", "P", "POSITION", "LOG-END", "LAG"):
-            archive.add_column(name, justify="left" if name == "STREAM" else "right")
-        archive.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
-        archive.add_column("ARCHIVED/S", justify="right")
+        rows = []
         for a in report.archive:
             rate = speed.archived.get((a.stream, a.partition)) if speed is not None else None
-            archive.add_row(
-                a.stream,
-                str(a.partition),
-                f"{a.position:,}",
-                f"{a.log_end:,}",
-                f"{a.lag:,}",
-                _bar(a.lag, top),
-                _rate(rate),
+            rows.append(
+                [
+                    a.stream,
+                    str(a.partition),
+                    f"{a.position:,}",
+                    f"{a.log_end:,}",
+                    f"{a.lag:,}",
+                    _bar(a.lag, top, bar),
+                    _rate(rate),
+                ]
             )
-        parts.append(archive)
+        columns = [("STREAM", "text"), ("P", "number"), ("POSITION", "number")]
+        columns += [("LOG-END", "number"), ("LAG", "number"), ("", "bar")]
+        parts.append(_table("archive", [*columns, ("ARCHIVED/S", "number")], rows, width))
     if report.durable:
-        durable = Table(title="durable clients", title_justify="left")
-        for name in ("CLIENT", "STATE", "AWAY", "BACKLOG"):
-            durable.add_column(name, justify="right" if name in {"AWAY", "BACKLOG"} else "left")
-        for d in report.durable:
-            durable.add_row(d.durable_id, d.state, f"{d.away_s:,.0f}s", f"{d.total:,}")
-        parts.append(durable)
+        rows = [
+            [d.durable_id, d.state, f"{d.away_s:,.0f}s", f"{d.total:,}"] for d in report.durable
+        ]
+        columns = [("CLIENT", "text"), ("STATE", "text"), ("AWAY", "number")]
+        parts.append(_table("durable clients", [*columns, ("BACKLOG", "number")], rows, width))
     return Group(*parts)

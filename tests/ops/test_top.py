@@ -25,10 +25,12 @@ pytestmark = pytest.mark.kafka
 COLUMNS, LINES = 140, 40
 
 
-def run_in_terminal(args: list[str], cluster: Cluster, timeout_s: float = 120) -> tuple[int, str]:
+def run_in_terminal(
+    args: list[str], cluster: Cluster, timeout_s: float = 120, columns: int = COLUMNS
+) -> tuple[int, str]:
     """Run ``bolide ARGS`` on a pseudo-terminal; return its exit code and final screen."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BOLIDE_", "NO_COLOR"))}
     env.update(BOLIDE_BOOTSTRAP=cluster.bootstrap_servers, TERM="xterm-256color")
     proc = subprocess.Popen(
@@ -40,7 +42,7 @@ def run_in_terminal(args: list[str], cluster: Cluster, timeout_s: float = 120) -
         close_fds=True,
     )
     os.close(slave)
-    screen = pyte.Screen(COLUMNS, LINES)
+    screen = pyte.Screen(columns, LINES)
     stream = pyte.ByteStream(screen)
     deadline = time.monotonic() + timeout_s
     try:
@@ -83,8 +85,25 @@ def test_top_renders_streams_lag_bars_and_refreshes(
     lag_row = next(line for line in lines if group in line)
     cells = [c.strip() for c in lag_row.split("│")[1:-1]]
     assert cells[:6] == [group, stream.name, "0", "4", "10", "6"], lag_row
-    assert set(cells[6]) == {"█"}  # the largest lag fills its bar
+    # Proportional to the lag: 6 records draw a sliver of the bar, not all of it.
+    assert cells[6].count("█") == 1 and "·" in cells[6], lag_row
     assert "lag per group and partition" in screen
+
+
+def test_top_fits_80_columns_without_cutting_numbers(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory(name_prefix="top-narrow-screen-with-a-long-stream-name")
+    publish(cluster, stream, 1_234)
+    group = lagging_group(cluster, stream, read=4, confirm=4)
+    args = ["top", "--group", group, "--stream", stream.name, "--iterations", "1"]
+    code, screen = run_in_terminal(args, cluster, columns=80)
+    assert code == 0, screen
+    assert all(len(line) <= 80 for line in screen.splitlines())
+    lag_row = next(line for line in screen.splitlines() if "1,234" in line and "1,230" in line)
+    cells = [c.strip() for c in lag_row.split("│")[1:-1]]
+    assert cells[2:6] == ["0", "4", "1,234", "1,230"], lag_row  # every digit shown
+    assert set(cells[6]) == {"█"}, lag_row  # the largest lag past the floor fills its bar
 
 
 def test_top_json_updates_with_rates(
