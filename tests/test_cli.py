@@ -319,7 +319,8 @@ def test_reading_commands_never_create_a_topic(
     name = stream_factory().name
     assert bolide("publish", "-t", name, *where, "x").returncode == 0
     typo = name[:-1] + ("x" if name[-1] != "x" else "y")
-    for command in (["tail", "-t", typo, "-e"], ["lag", "-t", typo], ["top", "-t", typo]):
+    archive = ["archive", "--stream", typo, "--db", "sqlite://"]
+    for command in (["tail", "-t", typo, "-e"], ["lag", "-t", typo], ["top", "-t", typo], archive):
         done = bolide(*command, *where)
         assert done.returncode == 2, (command, done.stderr)
         assert f"stream {typo!r} does not exist on {cluster.bootstrap_servers}" in done.stderr

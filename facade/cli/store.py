@@ -22,11 +22,11 @@ from bolide.facade.cli.common import (
     add_db_argument,
     cluster_from_args,
     render_bytes,
+    require_streams,
     table,
 )
-from bolide.facade.config import Cluster, StreamConfig
-from bolide.facade.errors import BrokerError, StoreError
-from bolide.facade.kafka import admin_client
+from bolide.facade.config import StreamConfig
+from bolide.facade.errors import StoreError
 from bolide.stores.archiver import Archiver, ArchiverStats
 from bolide.stores.store import SqlStore
 
@@ -136,8 +136,10 @@ def _archive(args: argparse.Namespace) -> int:
     if args.capacity is not None and args.capacity < 1:
         args.parser.error("--capacity must be >= 1")
     cluster = cluster_from_args(args)
+    require_streams(args, cluster, args.stream)  # archiving never creates a topic
     with _store(args, check_schema=True) as store:
-        streams = [_stream(cluster, name, store, args.capacity) for name in args.stream]
+        # The topics as they are (their partitions); the store holds what Kafka drops.
+        streams = [StreamConfig(name=n, store=store, capacity=args.capacity) for n in args.stream]
         display = _Progress(sys.stderr, as_json=args.json)
         archiver = Archiver(
             cluster, store, streams, group=args.group, batch_size=args.batch_size, progress=display
@@ -164,20 +166,6 @@ def _archive(args: argparse.Namespace) -> int:
             f"batches, {stats.elapsed_s:.1f}s"
         )
     return 0
-
-
-def _stream(cluster: Cluster, name: str, store: SqlStore, capacity: int | None) -> StreamConfig:
-    """The stream's config, partition count taken from the existing topic."""
-    try:
-        info = admin_client(cluster).list_topics(timeout=10).topics.get(name)
-    except Exception as error:
-        raise BrokerError(f"cannot reach {cluster.bootstrap_servers}: {error}") from None
-    if info is None or info.error is not None or not info.partitions:
-        raise BrokerError(f"stream {name!r} does not exist on {cluster.bootstrap_servers}")
-    count = len(info.partitions)
-    return StreamConfig(
-        name=name, partitions=count, global_order=count == 1, store=store, capacity=capacity
-    )
 
 
 class _Progress:
