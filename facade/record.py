@@ -66,7 +66,8 @@ class Record:
     """One record of a stream.
 
     Args:
-        data: The payload bytes.
+        data: The payload bytes; ``None`` is a tombstone (a null value: on a compacted
+            topic, the key's deletion marker).
         key: The Kafka key; defaults to the group id when ``group`` is set.
         headers: A dict or a list of ``(str, bytes)`` pairs (repeated names allowed).
         group: Message group id (HornetQ's JMSXGroupID): becomes the Kafka key, so one member
@@ -94,16 +95,18 @@ class Record:
 
     def __init__(
         self,
-        data: bytes,
+        data: bytes | None,
         key: bytes | str | None = None,
         headers: HeadersInput = None,
         group: str | None = None,
         *,
         partition: int | None = None,
     ) -> None:
-        if type(data) is not bytes:  # the common case skips the checks and the copy
+        if type(data) is not bytes and data is not None:  # the common case skips the checks
             if not isinstance(data, bytes | bytearray | memoryview):
-                raise TypeError(f"data must be bytes, not {type(data).__name__}")
+                raise TypeError(
+                    f"data must be bytes or None (a tombstone), not {type(data).__name__}"
+                )
             data = bytes(data)
         if group is not None:
             if not isinstance(group, str):
@@ -126,7 +129,7 @@ class Record:
                 f"key {key!r} and group {group!r} disagree: a group's records are keyed by "
                 "the group id, so that one subscriber reads them all"
             )
-        self.data: bytes = data
+        self.data: bytes | None = data
         self.group = group
         self.key: bytes | None = key if key is not None else (group.encode() if group else None)
         self.headers: Headers = [] if headers is None else normalize_headers(headers)
@@ -146,7 +149,9 @@ class Record:
         return found
 
     def __repr__(self) -> str:
-        data = self.data if len(self.data) <= 32 else self.data[:32] + b"..."
+        data = self.data
+        if data is not None and len(data) > 32:
+            data = data[:32] + b"..."
         return (
             f"Record(stream={self.stream!r}, partition={self.partition}, offset={self.offset}, "
             f"key={self.key!r}, data={data!r}{', replayed=True' if self.replayed else ''})"
@@ -212,7 +217,7 @@ _new = object.__new__  # bound once: one attribute lookup fewer per record read
 
 
 def trusted_record(
-    data: bytes,
+    data: bytes | None,
     key: bytes | None,
     headers: Headers,
     stream: str | None,
@@ -228,7 +233,7 @@ def trusted_record(
     ``replayed`` false, ``value`` none.
 
     Args:
-        data: The payload, as ``bytes`` (not a ``memoryview``).
+        data: The payload, as ``bytes`` (not a ``memoryview``), or ``None`` (a tombstone).
         key: The Kafka key, as ``bytes`` or ``None``.
         headers: ``(str, bytes)`` pairs; the record owns the list from now on.
         stream: The stream (topic) name.
@@ -251,7 +256,8 @@ def trusted_record(
 
 
 def record_from_message(msg: Message, topic: str | None = None) -> Record:
-    """A ``Record`` from a consumed Kafka message (null header values become ``b""``).
+    """A ``Record`` from a consumed Kafka message (a null value stays ``None``: a tombstone;
+    null header values become ``b""``).
 
     Args:
         msg: A message without error.
@@ -262,7 +268,7 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
     headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
     # trusted_record's body, inlined: one Python call fewer per record read (reads are hot).
     record: Record = _new(Record)
-    record.data = msg.value() or b""
+    record.data = msg.value()
     record.key = msg.key()
     if headers:
         # A copy (the message keeps its own list); one pass finds the group and any null value.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Unpack
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -230,6 +230,7 @@ class Subscriber(Closing):
             finally:
                 self._confirms.revoking = False
         self._assigned -= set(parts)
+        self._fetcher.paused -= set(parts)  # Kafka forgets a moved partition's pause too
         for p in parts:
             self._positions.history.close(p)
         self._fetcher.drop(parts)
@@ -379,6 +380,59 @@ class Subscriber(Closing):
             self._fetcher.drop(set(offsets))
             for p, offset in offsets.items():
                 self._fetcher.move(p, self._positions.seek_target(p, offset))
+
+    def pause(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
+        """Stop delivering ``partitions`` (every held one when ``None``) until ``resume``,
+        keeping the lease: Kafka's ``pause``. Partitions are numbers, or ``(stream,
+        partition)`` pairs as ``paused`` gives them. A rebalance that moves a paused partition
+        forgets its pause, as Kafka does.
+
+        Raises:
+            ValueError: A partition is not one this subscriber holds.
+        """
+        with self._lock:
+            self._check_open()
+            self._fetcher.pause(self._held_args(partitions))
+
+    def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
+        """Deliver paused ``partitions`` (every paused one when ``None``) again, from where
+        their delivery stopped: nothing is skipped or repeated.
+
+        Raises:
+            ValueError: A partition is not one this subscriber holds.
+        """
+        with self._lock:
+            self._check_open()
+            every = partitions is None
+            parts = set(self._fetcher.paused) if every else self._held_args(partitions)
+            history, durable = self._positions.history, self._durable
+            self._fetcher.resume(
+                parts,
+                lambda p: history.active(p) or (durable is not None and durable.holds_paused(p)),
+            )
+
+    @property
+    def paused(self) -> frozenset[tuple[str, int]]:
+        """The paused partitions, as ``(stream, partition)`` pairs."""
+        return frozenset((self.topic, p) for p in self._fetcher.paused)
+
+    def _held_args(self, partitions: Iterable[int | tuple[str, int]] | None) -> set[int]:
+        if partitions is None:
+            return set(self._assigned)
+        if isinstance(partitions, int | tuple):
+            raise TypeError("partitions must be an iterable of partitions (a list), or None")
+        parts: set[int] = set()
+        for item in partitions:
+            if isinstance(item, tuple):
+                stream, part = item
+                if stream != self.topic:
+                    raise ValueError(f"{stream!r} is not this subscriber's stream {self.topic!r}")
+                item = part
+            check_int("partition", item)
+            if item not in self._assigned:
+                raise ValueError(f"partition {item} of {self.topic!r} is not held")
+            parts.add(item)
+        return parts
 
     def confirm(
         self, offset: int | None = None, partition: int | None = None, *, conn: Any = None

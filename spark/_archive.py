@@ -56,7 +56,7 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
         *columns, values, headers, millis, strict=True
     ):
         record = trusted_record(
-            value or b"",
+            value,  # None stays None: a tombstone
             key,
             [(h["key"], h["value"] or b"") for h in pairs] if pairs else [],
             topic,

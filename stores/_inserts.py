@@ -33,7 +33,7 @@ __all__ = ["HeaderRow", "RecordRow", "_insert_ignoring_duplicates", "insert_rows
 
 _T = TypeVar("_T")
 #: ``(stream, partition, offset, timestamp_ms, key, payload)``: one ``bolide_records`` row.
-RecordRow = tuple[str, int, int, int | None, bytes | None, bytes]
+RecordRow = tuple[str, int, int, int | None, bytes | None, bytes | None]
 #: ``(stream, partition, offset, header_index, stored name, value)``: one header row.
 HeaderRow = tuple[str, int, int, int, str, bytes]
 

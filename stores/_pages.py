@@ -93,7 +93,7 @@ def read_page(
         # Rows come from our own tables: the trusted constructor skips the checks.
         return [
             trusted_record(
-                payload if type(payload) is bytes else bytes(payload),
+                payload if payload is None or type(payload) is bytes else bytes(payload),
                 key if key is None or type(key) is bytes else bytes(key),
                 headers.get(off, []),
                 stream,

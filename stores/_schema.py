@@ -27,7 +27,7 @@ RECORDS = sa.Table(
     sa.Column("kafka_offset", sa.BigInteger, nullable=False),
     sa.Column("timestamp_ms", sa.BigInteger, nullable=True),
     sa.Column("key", sa.LargeBinary, nullable=True),
-    sa.Column("payload", sa.LargeBinary, nullable=False),
+    sa.Column("payload", sa.LargeBinary, nullable=True),  # NULL: a tombstone (0005)
     sa.PrimaryKeyConstraint("stream", "kafka_partition", "kafka_offset", name="pk_bolide_records"),
     sa.Index("ix_bolide_records_stream_time", "stream", "timestamp_ms"),
     sa.Index("ix_bolide_records_key", "key", postgresql_using="hash"),

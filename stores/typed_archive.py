@@ -414,6 +414,8 @@ def write_typed(
     for rec in records:
         if rec.partition is None or rec.offset is None:
             raise ValueError(f"records: {rec!r} has no partition/offset")
+        if rec.data is None:
+            continue  # a tombstone has no typed row: the raw archive keeps it
         try:
             schema_id = serde.payload_schema_id(rec.data)
             value = serde.decode(

@@ -33,6 +33,8 @@ class Decoder:
                 is tried again on the next poll.
         """
         serde = self._serde
+        if record.data is None:
+            return None  # a tombstone has no value to decode: record.value stays None
         try:
             record.value = serde.decode(
                 record.data, stream=self._topic, partition=record.partition, offset=record.offset

@@ -404,7 +404,9 @@ def _print_records(
 def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = None) -> str:
 
     value: Any
-    if serde is not None:
+    if record.data is None:
+        value = None  # a tombstone: printed as NULL, JSON null
+    elif serde is not None:
         try:
             value = serde.decode(
                 record.data, stream=record.stream, partition=record.partition, offset=record.offset
@@ -429,7 +431,10 @@ def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = N
             },
             default=str,
         )
-    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    if value is None:
+        shown = "NULL"
+    else:
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
     if delimiter is not None:
         return f"{key if key is not None else ''}{delimiter}{shown}"
     header_text = ",".join(f"{n}={v}" for n, v in headers)

@@ -117,7 +117,7 @@ def test_store_batches_writes_several_streams_in_one_transaction(store: SqlStore
     assert store.store_batches({"a": [rec(0), rec(1)], "b": [rec(0)]}) == 3
     # A failing batch leaves nothing behind: "c" must not be half written.
     bad = rec(0)
-    bad.data = None  # type: ignore[assignment]  # violates NOT NULL inside the transaction
+    bad.headers = [("h", None)]  # type: ignore[list-item]  # NOT NULL, inside the transaction
     with pytest.raises(StoreError):
         store.store_batches({"c": [rec(5)], "d": [bad]})
     assert store.largest_offset("c", 0) is None

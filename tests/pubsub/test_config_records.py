@@ -54,7 +54,7 @@ def test_records_read_from_kafka_set_every_slot_and_their_message_group():
         None,
     )
     bare = record_from_message(Message(topic="t", partition=0, offset=0, value=None))
-    assert (bare.data, bare.key, bare.headers, bare.group) == (b"", None, [], None)
+    assert (bare.data, bare.key, bare.headers, bare.group) == (None, None, [], None)  # a tombstone
 
 
 @pytest.mark.parametrize(
