@@ -216,6 +216,7 @@ class ParallelReceiver(Receiver):
         """Start the workers and the fetch thread."""
         sub = self._subscriber
         sub._revoke_listener = self._on_revoke
+        sub._confirm_limit = self._limit
         if sub._durable is not None:
             sub._durable.commit_delivered = False  # a poll no longer means the records are done
         self._workers.start()
@@ -369,11 +370,15 @@ class ParallelReceiver(Receiver):
                     sub.topic,
                     board.in_flight,
                 )
+            rewind = self._rewind_points()
             board.abandon_all()
+            if rewind and not sub.closed:
+                sub._rewind(rewind)  # a later reader of this subscriber reads them again
             self._throttle.release()
         finally:
             board.stop()
             sub._revoke_listener = None
+            sub._confirm_limit = None
             if sub._durable is not None:
                 sub._durable.commit_delivered = True
 
@@ -385,6 +390,32 @@ class ParallelReceiver(Receiver):
             return safe
         held = reseq.safe_offset(partition)
         return None if held is None else min(safe, held)
+
+    def _rewind_points(self) -> dict[int, int]:
+        """Per partition with records unfinished at close: the first offset to read again
+        (below a group the resequencer still holds open, too)."""
+        points = self._board.unfinished_from()
+        reseq = self._resequencer
+        if reseq is not None:
+            with self._board.lock:
+                spans = {p: (t.first, t.last) for p, t in self._board.tracks.items()}
+            for p, (first, last) in spans.items():
+                held = reseq.safe_offset(p)
+                again = first if held is None else held + 1
+                if again <= last:
+                    points[p] = min(points.get(p, again), again)
+        return points
+
+    def _limit(self, targets: dict[int, int], offset: int | None) -> dict[int, int]:
+        """What a confirm of the subscriber may move to while this receiver runs: never past
+        a record still unfinished. A confirm of one ``offset`` (a handler confirming its own
+        record in its own transaction) counts that record as finished."""
+        limited: dict[int, int] = {}
+        for p, target in targets.items():
+            safe = self._safe(p, self._board.safe_point(p, offset))
+            if safe is not None:
+                limited[p] = min(target, safe + 1)
+        return limited
 
     def _confirm_safe(self, only: dict[int, int | None] | None = None) -> None:
         """Confirm each partition's safe offset (or ``only``'s) if it moved."""
@@ -401,7 +432,7 @@ class ParallelReceiver(Receiver):
                 if partition not in held:
                     continue  # given up meanwhile (a deactivate from another thread)
                 try:
-                    sub.confirm(safe, partition=partition)
+                    sub._confirm(safe, partition, limited=False)
                 except ValueError:
                     continue  # repositioned since: that offset is no longer this reader's
                 except IllegalSubscriberStateError:

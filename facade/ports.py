@@ -325,9 +325,11 @@ class PositionStore(Protocol):
     writes: the sink pattern of Kafka Connect and Spark checkpoints. ``SqlPositions`` in
     ``bolide.stores`` keeps them in SQL.
 
-    A position is the next offset to read, keyed by ``(group, stream, partition)``. Each write
-    names the positions it expects to replace: a member that lost its partition to another,
-    which has moved it on since, finds them changed and its transaction fails.
+    A position is the next offset to read, keyed by ``(group, stream, partition)``. Each row
+    has an owner: the subscriber that took the partition last claims it before reading its
+    position, and only the claimant's writes land, so a member that lost its partition fails
+    instead of writing. A write never moves a position
+    back.
 
     Attributes:
         group: The key the positions are kept under; ``None`` takes the subscriber's group
@@ -337,7 +339,15 @@ class PositionStore(Protocol):
     group: str | None
 
     def load(self, group: str, stream: str, partitions: Sequence[int]) -> dict[int, int]:
-        """The stored positions of ``partitions``; a partition without one is left out."""
+        """The stored positions of ``partitions``, claiming nothing; a partition without one
+        is left out."""
+        ...
+
+    def claim(
+        self, group: str, stream: str, partitions: Sequence[int], owner: str
+    ) -> dict[int, int]:
+        """Make ``owner`` the only writer of ``partitions``, then read their positions (as
+        ``load``)."""
         ...
 
     def save(
@@ -347,18 +357,15 @@ class PositionStore(Protocol):
         stream: str,
         positions: Mapping[int, int],
         *,
-        expected: Mapping[int, int | None],
+        owners: Mapping[int, str],
         on_commit: Callable[[], None],
-        on_rollback: Callable[[], None],
     ) -> None:
-        """Write ``positions`` through ``conn``, the application's open transaction.
-
-        ``on_commit`` is called when that transaction commits, ``on_rollback`` when it rolls
-        back (at most one of them, once).
+        """Write ``positions`` (each only forward) through ``conn``, the application's open
+        transaction; ``on_commit`` runs once that transaction has committed.
 
         Raises:
-            NotAssignedError: A stored position is not the ``expected`` one (``None``: no row):
-                another subscriber moved it; the application's transaction must roll back.
+            NotAssignedError: A partition is claimed by another owner than ``owners`` names:
+                the application's transaction must roll back.
         """
         ...
 

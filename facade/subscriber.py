@@ -106,6 +106,9 @@ class Subscriber(Closing):
         self._receiver: Receiver | None = None
         # A parallel receiver's part in a revoke: ``fn(partitions, lost)``, before on_revoke.
         self._revoke_listener: Callable[[list[int], bool], None] | None = None
+        # A parallel receiver's safe points: ``fn(targets, offset)`` lowers what a confirm
+        # moves to below the records still unfinished, whoever confirms.
+        self._confirm_limit: Callable[[dict[int, int], int | None], dict[int, int]] | None = None
         # Updated in place: the fetcher holds the same set.
         self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
         self._positions = Positions(cluster, config, self._consumer, self.partitions, self._report)
@@ -119,6 +122,7 @@ class Subscriber(Closing):
             group_id=self.group_id,
             store=config.positions,
             report=self._report,
+            lock=self._lock,
         )
         self._pending: deque[Message | Record] = deque()  # read, not yet delivered
         self._rebalances = 0  # rebalance callbacks served (see _leave_group)
@@ -156,7 +160,7 @@ class Subscriber(Closing):
                     self._positions.require_confirmed(self.group_id, stored)
                 self._subscribe()
             else:
-                stored = confirms.stored(every) if confirms.keeps_positions else {}
+                stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
                 positions = self._positions
                 positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
         except BaseException:
@@ -330,6 +334,26 @@ class Subscriber(Closing):
             self._check_open()
             return self._fetcher.poll_once(deadline)
 
+    def _rewind(self, offsets: Mapping[int, int]) -> None:
+        """Read partitions again from ``offsets`` (records a receiver abandoned unfinished):
+        what lies below stays confirmable, nothing at or past them until it is read again."""
+        with self._lock:
+            if self._closed:
+                return
+            last_read = self._positions.last_read
+            for p, offset in offsets.items():
+                if p not in self._assigned:
+                    continue  # given up: the next owner reads on from the confirmed offset
+                self._fetcher.drop({p})
+                if self.grouped:
+                    self._positions.rewind(p, offset)
+                else:
+                    self._fetcher.move(p, offset)
+                if offset > 0 and last_read.get(p, -1) >= offset:
+                    last_read[p] = offset - 1
+                elif offset == 0:
+                    last_read.pop(p, None)
+
     def _give_back(self, polled: Polled) -> None:
         """Undo a ``_poll_once`` whose outcome never reached the application."""
         with self._lock:
@@ -468,10 +492,12 @@ class Subscriber(Closing):
         *,
         conn: Any = None,
         read: Mapping[int, int] | None = None,
+        limited: bool = True,
     ) -> None:
         """``confirm``, against ``read``: the last record handed out per partition (an
         asyncio iteration hands a batch out one record at a time); by default the last
-        record each poll returned."""
+        record each poll returned. A running parallel receiver's safe points bound it unless
+        not ``limited`` (the receiver's own confirms, computed from them)."""
         if not self.grouped and conn is None:
             raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
         p = 0
@@ -480,6 +506,9 @@ class Subscriber(Closing):
             p = self._partition_arg(partition)
         deactivated = self._fetcher.deactivated
         positions = self._confirms.targets(offset, p, deactivated=deactivated, read=read)
+        limit = self._confirm_limit if limited else None
+        if limit is not None and positions:
+            positions = limit(positions, offset)
         if not positions:
             return
         if TELEMETRY is not None:

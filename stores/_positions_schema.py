@@ -1,4 +1,4 @@
-"""The positions table as a SQLAlchemy Core object (revision ``0004``).
+"""The positions table as a SQLAlchemy Core object (revisions ``0004`` and ``0006``).
 
 It lives on the history tables' ``metadata`` so that ``alembic check`` compares it too.
 """
@@ -21,5 +21,7 @@ POSITIONS = sa.Table(
     sa.Column("kafka_partition", sa.Integer, nullable=False),
     sa.Column("next_offset", sa.BigInteger, nullable=False),
     sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    # The subscriber (and assignment) that may write the row: the last to claim it (0006).
+    sa.Column("owner", sa.String(64), nullable=True),
     sa.PrimaryKeyConstraint("group_id", "stream", "kafka_partition", name="pk_bolide_positions"),
 )

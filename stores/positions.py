@@ -4,9 +4,11 @@ The sink pattern of Kafka Connect and Spark checkpoints: the input positions are
 the same database transaction as the results, so both commit or neither does, and a restart
 reads from there (``SubscriberConfig(positions=SqlPositions(store))``, ``sub.confirm(conn=)``).
 
-Each write names the position it replaces (``UPDATE ... WHERE next_offset = expected``): a
-subscriber that lost its partition to another member, which has written since, finds the
-row changed, and its transaction fails with ``NotAssignedError`` instead of writing twice.
+Each row names its owner: the subscriber that took the partition last claims it (on every
+assignment, with a fresh token) before reading its position, and every write requires the
+claim (``UPDATE ... WHERE owner = token``). A member that lost its partition finds the row
+claimed by another, and its transaction fails with ``NotAssignedError`` instead of writing
+twice. Writes never move a position back.
 """
 
 from __future__ import annotations
@@ -15,25 +17,36 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy import event, exc
+from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError
 
 from bolide.facade.errors import NotAssignedError
 from bolide.facade.ports import Closing, now_ms
 from bolide.facade.validate import check_int
+from bolide.stores._inserts import _insert_ignoring_duplicates
 from bolide.stores._positions_schema import POSITIONS
 from bolide.stores.store import SqlStore
 
 __all__ = ["SqlPositions"]
 
-_Hooks = tuple[Callable[[], None], Callable[[], None]]  # (on_commit, on_rollback)
 
-#: What waits for each connection's transaction to end (one pair of listeners per connection).
-_waiting: weakref.WeakKeyDictionary[Connection, list[_Hooks]] = weakref.WeakKeyDictionary()
+class _Waiting:
+    """What waits for one connection's transaction to commit."""
+
+    __slots__ = ("doubtful", "hooks")
+
+    def __init__(self) -> None:
+        self.hooks: list[Callable[[], None]] = []
+        self.doubtful = False  # a savepoint was rolled back: a write may be undone
+
+
+#: What waits for each connection's transaction to end (one set of listeners per connection).
+_waiting: weakref.WeakKeyDictionary[Connection, _Waiting] = weakref.WeakKeyDictionary()
 
 
 class SqlPositions(Closing):
-    """Subscriber positions in SQL (table ``bolide_positions``, revision ``0004``).
+    """Subscriber positions in SQL (table ``bolide_positions``, revisions ``0004``, ``0006``).
 
     Args:
         store_or_url: A ``SqlStore`` (its engine is shared, and left open by ``close``) or a
@@ -69,23 +82,40 @@ class SqlPositions(Closing):
     # -- PositionStore ---------------------------------------------------------------------
 
     def load(self, group: str, stream: str, partitions: Sequence[int]) -> dict[int, int]:
-        """The stored positions of ``partitions``; a partition without one is left out.
+        """The stored positions of ``partitions``, claiming nothing; a partition without one
+        is left out.
 
         Raises:
             StoreError: The database failed, or its schema is behind (``bolide db upgrade``).
         """
         wanted = [check_int("partition", p) for p in partitions]
-        c = POSITIONS.c
-        query = sa.select(c.kafka_partition, c.next_offset).where(
-            c.group_id == group, c.stream == stream, c.kafka_partition.in_(wanted)
-        )
 
         def fetch() -> dict[int, int]:
             with self.store.engine.connect() as conn:
-                return {int(p): int(o) for p, o in conn.execute(query)}
+                return _stored(conn, group, stream, wanted)
 
         self.store._ready()
         return self.store._guard("load positions", fetch, stream=stream)
+
+    def claim(
+        self, group: str, stream: str, partitions: Sequence[int], owner: str
+    ) -> dict[int, int]:
+        """Make ``owner`` the only writer of ``partitions``' positions, then read them (one
+        transaction: a write of the previous owner lands before the read or fails).
+
+        Raises:
+            StoreError: The database failed, or its schema is behind (``bolide db upgrade``).
+        """
+        wanted = [check_int("partition", p) for p in partitions]
+
+        def claim() -> dict[int, int]:
+            with self.store.engine.begin() as conn:
+                for partition in sorted(wanted):
+                    _claim(conn, group, stream, partition, owner)
+                return _stored(conn, group, stream, wanted)
+
+        self.store._ready()
+        return self.store._guard("claim positions", claim, stream=stream)
 
     def save(
         self,
@@ -94,16 +124,18 @@ class SqlPositions(Closing):
         stream: str,
         positions: Mapping[int, int],
         *,
-        expected: Mapping[int, int | None],
+        owners: Mapping[int, str],
         on_commit: Callable[[], None],
-        on_rollback: Callable[[], None],
     ) -> None:
-        """Write ``positions`` through ``conn`` in its open transaction.
+        """Write ``positions`` through ``conn`` in its open transaction; none moves back.
+
+        ``on_commit`` runs once the transaction has committed (not when a savepoint holding
+        the write was rolled back meanwhile).
 
         Raises:
             TypeError: ``conn`` is not a SQLAlchemy ``Connection``.
-            NotAssignedError: A stored position is not the ``expected`` one: another
-                subscriber moved it; the transaction must roll back.
+            NotAssignedError: A partition is claimed by another owner (or never was by the one
+                in ``owners``): the transaction must roll back.
             StoreError: The database failed.
         """
         if not isinstance(conn, Connection):
@@ -112,10 +144,8 @@ class SqlPositions(Closing):
                 f"(store.engine.begin()), not {type(conn).__name__}"
             )
         self.store._ready()
-        self.store._guard(
-            "save positions", lambda: _write(conn, group, stream, positions, expected)
-        )
-        _when_done(conn, (on_commit, on_rollback))
+        self.store._guard("save positions", lambda: _write(conn, group, stream, positions, owners))
+        _when_committed(conn, on_commit)
 
     # -- inspection and lifetime -----------------------------------------------------------
 
@@ -128,7 +158,7 @@ class SqlPositions(Closing):
 
         def fetch() -> dict[int, int]:
             with self.store.engine.connect() as conn:
-                return {int(p): int(o) for p, o in conn.execute(query)}
+                return {int(p): int(o) for p, o in conn.execute(query) if o >= 0}
 
         self.store._ready()
         return self.store._guard("read positions", fetch, stream=stream)
@@ -139,73 +169,100 @@ class SqlPositions(Closing):
             self.store.close()
 
 
+def _stored(conn: Connection, group: str, stream: str, partitions: list[int]) -> dict[int, int]:
+    c = POSITIONS.c
+    query = sa.select(c.kafka_partition, c.next_offset).where(
+        c.group_id == group, c.stream == stream, c.kafka_partition.in_(partitions)
+    )
+    # A claimed partition without a position yet holds -1.
+    return {int(p): int(o) for p, o in conn.execute(query) if o >= 0}
+
+
+def _claim(conn: Connection, group: str, stream: str, partition: int, owner: str) -> None:
+    c = POSITIONS.c
+    row = {"group_id": group, "stream": stream, "kafka_partition": partition}
+    keys = [c.group_id, c.stream, c.kafka_partition]
+    insert = _insert_ignoring_duplicates(conn.dialect.name, POSITIONS, keys)
+    conn.execute(insert.values(**row, next_offset=-1, updated_ms=now_ms(), owner=owner))
+    where = (c.group_id == group, c.stream == stream, c.kafka_partition == partition)
+    conn.execute(POSITIONS.update().where(*where).values(owner=owner))
+
+
 def _write(
     conn: Connection,
     group: str,
     stream: str,
     positions: Mapping[int, int],
-    expected: Mapping[int, int | None],
+    owners: Mapping[int, str],
 ) -> None:
     c = POSITIONS.c
     now = now_ms()
     for partition, offset in sorted(positions.items()):
-        before = expected.get(partition)
-        moved = NotAssignedError(
-            f"the stored position of {stream}[{partition}] for {group!r} is no longer "
-            f"{before}: another subscriber took the partition over and moved it; roll back",
-            stream=stream,
-            partition=partition,
-        )
-        if before is None:
-            try:  # another subscriber inserting first fails it: the transaction rolls back
-                conn.execute(
-                    POSITIONS.insert().values(
-                        group_id=group,
-                        stream=stream,
-                        kafka_partition=partition,
-                        next_offset=offset,
-                        updated_ms=now,
-                    )
-                )
-            except exc.IntegrityError:
-                raise moved from None
-            continue
         result = conn.execute(
             POSITIONS.update()
             .where(
                 c.group_id == group,
                 c.stream == stream,
                 c.kafka_partition == partition,
-                c.next_offset == before,
+                c.owner == owners.get(partition),
             )
-            .values(next_offset=offset, updated_ms=now)
+            .values(
+                next_offset=sa.case((c.next_offset < offset, offset), else_=c.next_offset),
+                updated_ms=now,
+            )
         )
         if result.rowcount != 1:
-            raise moved
+            raise NotAssignedError(
+                f"{stream}[{partition}] of {group!r} is claimed by another subscriber (it took "
+                "the partition over): this one may no longer write its position; roll back",
+                stream=stream,
+                partition=partition,
+            )
 
 
-def _when_done(conn: Connection, hooks: _Hooks) -> None:
-    """Call ``hooks``' commit or rollback half once ``conn``'s transaction ends."""
+def _when_committed(conn: Connection, hook: Callable[[], None]) -> None:
+    """Call ``hook`` once ``conn``'s transaction has committed; forget it on a rollback."""
     waiting = _waiting.get(conn)
     if waiting is None:
-        waiting = _waiting[conn] = []
-        event.listen(conn, "commit", _committed)
+        waiting = _waiting[conn] = _Waiting()
+        event.listen(conn, "commit", _commit)
         event.listen(conn, "rollback", _rolled_back)
-    waiting.append(hooks)
+        event.listen(conn, "rollback_savepoint", _savepoint_rolled_back)
+    waiting.hooks.append(hook)
 
 
-def _taken(conn: Connection) -> list[_Hooks]:
-    waiting = _waiting.get(conn, [])
-    taken = list(waiting)
-    waiting.clear()  # the listeners stay for the connection's next transaction
+def _taken(conn: Connection) -> _Waiting:
+    waiting = _waiting.get(conn)
+    taken = _Waiting()
+    if waiting is not None:  # the listeners stay for the connection's next transaction
+        taken.hooks, taken.doubtful = waiting.hooks, waiting.doubtful
+        waiting.hooks, waiting.doubtful = [], False
     return taken
 
 
-def _committed(conn: Connection) -> None:
-    for on_commit, _ in _taken(conn):
-        on_commit()
+def _commit(conn: Connection) -> None:
+    """SQLAlchemy calls this just before the database's COMMIT: commit here, then run the
+    hooks, so that they follow a COMMIT that succeeded (SQLAlchemy's own COMMIT then finds
+    nothing left to commit)."""
+    taken = _taken(conn)
+    if not taken.hooks:
+        return
+    dialect = conn.dialect
+    try:
+        dialect.do_commit(conn.connection)
+    except dialect.loaded_dbapi.Error as error:
+        raise DBAPIError.instance(None, None, error, dialect.loaded_dbapi.Error) from error
+    if taken.doubtful:
+        return  # a write may have been undone by its savepoint: its position stays unsaid
+    for hook in taken.hooks:
+        hook()
 
 
 def _rolled_back(conn: Connection) -> None:
-    for _, on_rollback in _taken(conn):
-        on_rollback()
+    _taken(conn)
+
+
+def _savepoint_rolled_back(conn: Connection, name: object, context: object) -> None:
+    waiting = _waiting.get(conn)
+    if waiting is not None and waiting.hooks:
+        waiting.doubtful = True

@@ -8,12 +8,15 @@ positions commit with the application's writes, and are read back from there).
 
 from __future__ import annotations
 
+import itertools
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
@@ -33,6 +36,8 @@ class Confirms:
         group_id: Its consumer group id.
         store: Where the positions are kept instead of Kafka, or ``None``.
         report: The subscriber's error handler.
+        lock: The subscriber's lock, held while its consumer is called: asynchronous commits
+            from other threads are handed over to its holder (a poll in progress).
 
     Attributes:
         revoking: ``on_revoke`` runs: the partitions are still owned, commits are synchronous.
@@ -50,6 +55,7 @@ class Confirms:
         group_id: str,
         store: PositionStore | None,
         report: Report,
+        lock: HookLock | None = None,
     ) -> None:
         self._topic = topic
         self._consumer = consumer
@@ -61,9 +67,15 @@ class Confirms:
         self.group = (store.group or group_id) if store is not None else None
         self.revoking = False
         self._lock = threading.Lock()  # commits vs. closing the consumer
+        self._consumer_lock = lock
+        self._sent: dict[int, int] = {}  # the highest offset committed per partition
         self._closed = False
-        # What the store holds, as far as this subscriber knows: each write expects it.
-        self._expected: dict[int, int | None] = {}
+        # The store's rows this subscriber claimed (partition -> owner token, one per
+        # assignment) and the highest position it knows committed there.
+        self._owners: dict[int, str] = {}
+        self._stored: dict[int, int] = {}
+        self._instance = uuid.uuid4().hex[:16]
+        self._claims = itertools.count(1)
 
     @property
     def keeps_positions(self) -> bool:
@@ -164,23 +176,52 @@ class Confirms:
         if note:
             self._positions.note_confirmed(positions)
         commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
+        if not self.revoking and self._consumer_lock is not None:
+            with self._lock:
+                if self._closed:
+                    raise IllegalSubscriberStateError("subscriber is closed", stream=self._topic)
+            # Between two slices of a poll running in another thread, never waiting for it.
+            self._consumer_lock.hand_over(lambda: self._send(commits))
+            return
         with self._lock:
             if self._closed:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self._topic)
+            commits = self._fresh(commits)
+            if not commits:
+                return
             if not self.revoking:
                 self._consumer.commit(offsets=commits, asynchronous=True)
                 return
             try:
                 self._consumer.commit(offsets=commits, asynchronous=False)
             except KafkaException as exc:
+                for tp in commits:  # not committed: a later confirm may send it again
+                    if self._sent.get(tp.partition) == tp.offset:
+                        del self._sent[tp.partition]
                 self._report(f"confirm failed on {self._topic} while revoking", exc)
 
+    def _send(self, commits: list[TopicPartition]) -> None:
+        """An asynchronous commit of what no later commit has passed (a commit handed over
+        may run after one sent directly), unless the consumer closed meanwhile."""
+        with self._lock:
+            commits = self._fresh(commits)
+            if commits and not self._closed:
+                self._consumer.commit(offsets=commits, asynchronous=True)
+
+    def _fresh(self, commits: list[TopicPartition]) -> list[TopicPartition]:
+        """``commits`` above what was committed before; noted as committed (lock held)."""
+        sent = self._sent
+        fresh = [tp for tp in commits if tp.offset > sent.get(tp.partition, -1)]
+        for tp in fresh:
+            sent[tp.partition] = tp.offset
+        return fresh
+
     def committed(self, parts: list[int]) -> dict[int, int]:
-        """Where ``parts`` resume: the store's positions, else the group's committed offsets
-        (negative where there is none)."""
+        """Where ``parts`` resume: the store's positions (claimed for this assignment),
+        else the group's committed offsets (negative where there is none)."""
         if self._store is None:
             return self._positions.committed(parts)
-        return self.stored(parts)
+        return self.stored(parts, claim=True)
 
     def close(self) -> None:
         """The consumer closes: later commits fail."""
@@ -222,28 +263,35 @@ class Confirms:
 
     # -- the application's database ----------------------------------------------------------
 
-    def stored(self, parts: Iterable[int]) -> dict[int, int]:
-        """The store's positions of ``parts`` (negative where none is stored); later writes
-        expect them."""
+    def stored(self, parts: Iterable[int], *, claim: bool = False) -> dict[int, int]:
+        """The store's positions of ``parts`` (negative where none is stored). With
+        ``claim``, this subscriber becomes their only writer first (a fresh owner token per
+        assignment: writes of an earlier one fail)."""
         assert self._store is not None and self.group is not None
         parts = list(parts)
+        if not claim:
+            found = self._store.load(self.group, self._topic, parts)
+            return {p: found.get(p, -1) for p in parts}
         with self._lock:
-            for p in parts:  # unknown until read: a failed read leaves writes refused
-                self._expected.pop(p, None)
-        found = self._store.load(self.group, self._topic, parts)
+            for p in parts:  # unclaimed until the claim commits: a failed claim refuses writes
+                self._owners.pop(p, None)
+        owner = f"{self._instance}-{next(self._claims)}"
+        found = self._store.claim(self.group, self._topic, parts, owner)
         with self._lock:
             for p in parts:
-                self._expected[p] = found.get(p)
+                self._owners[p] = owner
+                self._stored[p] = found.get(p, -1)
         return {p: found.get(p, -1) for p in parts}
 
     def save(self, conn: Any, positions: dict[int, int]) -> None:
-        """Write ``positions`` in the application's transaction on ``conn``; once it commits,
-        commit them to the consumer group too (asynchronously: for lag tools only).
+        """Write ``positions`` in the application's transaction on ``conn`` (a position never
+        moves back); once it commits, commit them to the consumer group too
+        (asynchronously: for lag tools only).
 
         Raises:
             IllegalSubscriberStateError: No position store is configured.
-            NotAssignedError: Another subscriber moved a stored position (the partition was
-                taken over): the application's transaction must roll back.
+            NotAssignedError: This subscriber does not hold the row's claim (the partition was
+                taken over, or never claimed): the application's transaction must roll back.
         """
         store, group = self._store, self.group
         if store is None or group is None:
@@ -252,19 +300,24 @@ class Confirms:
                 stream=self._topic,
             )
         with self._lock:
-            changed = {p: o for p, o in positions.items() if self._expected.get(p) != o}
+            changed = {p: o for p, o in positions.items() if o > self._stored.get(p, -1)}
             if not changed:
                 return
-            expected = {p: self._expected.get(p) for p in changed}
-            self._expected.update(changed)  # a second confirm in the same transaction builds on it
-
-        def rolled_back() -> None:
-            with self._lock:
-                for p, o in expected.items():
-                    if self._expected.get(p) == changed[p]:
-                        self._expected[p] = o
+            owners = {p: self._owners[p] for p in changed if p in self._owners}
+        unclaimed = sorted(set(changed) - set(owners))
+        if unclaimed:
+            raise NotAssignedError(
+                f"{self._topic}{unclaimed}: this subscriber holds no claim on the stored "
+                "positions (the partitions were taken over); roll back",
+                stream=self._topic,
+                partition=unclaimed[0],
+            )
 
         def committed() -> None:
+            with self._lock:
+                for p, o in changed.items():
+                    if self._owners.get(p) == owners[p] and o > self._stored.get(p, -1):
+                        self._stored[p] = o
             if not self._grouped:
                 return  # an ungrouped subscriber's consumer group is its own, and throwaway
             try:
@@ -272,16 +325,4 @@ class Confirms:
             except Exception as exc:
                 self._report(f"commit to Kafka after the database on {self._topic} failed", exc)
 
-        try:
-            store.save(
-                conn,
-                group,
-                self._topic,
-                changed,
-                expected=expected,
-                on_commit=committed,
-                on_rollback=rolled_back,
-            )
-        except BaseException:
-            rolled_back()
-            raise
+        store.save(conn, group, self._topic, changed, owners=owners, on_commit=committed)

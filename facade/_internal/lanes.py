@@ -93,6 +93,20 @@ class Track:
         safe = self.unfinished[0] - 1 if self.unfinished else self.last
         return safe if safe >= self.first else None
 
+    def safe_with(self, offset: int) -> int | None:
+        """``safe``, counting ``offset`` as finished: a handler confirming its own record in
+        its own transaction (the record is finished exactly when that transaction commits)."""
+        heap = self.unfinished
+        if not heap or heap[0] != offset:
+            return self.safe()
+        safe = self.last
+        done = self.done  # the heap's top is never done; below the next live one, at most these
+        for candidate in heapq.nsmallest(len(done) + 2, heap):
+            if candidate != offset and candidate not in done:
+                safe = candidate - 1
+                break
+        return safe if safe >= self.first else None
+
 
 class Board:
     """The work of one parallel receiver; every method takes its lock.
@@ -217,6 +231,20 @@ class Board:
                 self._settle(track)
             track = self.tracks[partition] = Track(partition, offset)
         return track
+
+    def safe_point(self, partition: int, counting: int | None = None) -> int | None:
+        """The safe offset of ``partition`` (``Track.safe``), ``counting`` one record as
+        finished (``Track.safe_with``); ``None`` when nothing of it is safe or on the board."""
+        with self.lock:
+            track = self.tracks.get(partition)
+            if track is None:
+                return None
+            return track.safe() if counting is None else track.safe_with(counting)
+
+    def unfinished_from(self) -> dict[int, int]:
+        """Per partition with records unfinished: the lowest of them (where to read again)."""
+        with self.lock:
+            return {p: t.unfinished[0] for p, t in self.tracks.items() if t.unfinished}
 
     def revoke(self, partition: int) -> Track | None:
         """Take ``partition`` out of play: its queued records are abandoned now, its running

@@ -26,6 +26,8 @@ class HookLock:
         self._owner: int | None = None
         self._depth = 0
         self._queued: list[Callable[[], None]] = []
+        self._handed: list[Callable[[], None]] = []  # see hand_over
+        self._handed_lock = threading.Lock()
 
     def __enter__(self) -> HookLock:
         self._lock.acquire()
@@ -51,6 +53,44 @@ class HookLock:
                 call()
             except Exception:
                 log.exception("callback raised")
+        if self._handed:
+            self._run_handed()
+
+    def hand_over(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` holding the lock: now when it is free (or this thread holds it),
+        else in the holder's thread as it lets go, so the caller never waits for it.
+
+        For calls into a client whose methods are serialized (confluent-kafka waits in a loop
+        for a call of another thread to end): a thread polling in slices would keep one out
+        indefinitely; handed over, the call runs between two slices.
+        """
+        with self._handed_lock:
+            self._handed.append(callback)
+        self._run_handed()
+
+    def _run_handed(self) -> None:
+        # Whoever fails to take the lock leaves the calls to the holder, which looks again
+        # after letting go: a call handed over is never left behind.
+        while True:
+            with self._handed_lock:
+                if not self._handed:
+                    return
+            if not self._lock.acquire(blocking=False):
+                return
+            try:
+                owner, self._owner = self._owner, threading.get_ident()
+                self._depth += 1
+                with self._handed_lock:
+                    calls, self._handed = self._handed, []
+                for call in calls:
+                    try:
+                        call()
+                    except Exception:
+                        log.exception("callback raised")
+            finally:
+                self._depth -= 1
+                self._owner = owner
+                self._lock.release()
 
     def held(self) -> bool:
         """True when the calling thread holds the lock."""

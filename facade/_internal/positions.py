@@ -192,6 +192,12 @@ class Positions:
             self.history.close(p)
         self.assign(positions)
 
+    def rewind(self, partition: int, offset: int) -> None:
+        """Read a held partition again from ``offset``, the lease kept (Kafka's ``seek``)."""
+        self.next[partition] = offset
+        self.gaps.expected[partition] = offset
+        self._consumer.seek(TopicPartition(self.topic, partition, offset))
+
     def out_of_range(self, partition: int, offset: int | None) -> int:
         """Where a position Kafka calls out of range goes: below the log start it stays (the
         splice or a stale read follows), else it is past the end: reported, moved to the end."""

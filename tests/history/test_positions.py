@@ -121,7 +121,10 @@ def test_a_grouped_subscriber_takes_the_table_over_kafkas_offsets(
         eventually(lambda: sub.committed() == {0: 2}, 30)
     with store.engine.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO bolide_positions VALUES (:g, :s, 0, 5, 0)"),
+            sa.text(
+                "INSERT INTO bolide_positions (group_id, stream, kafka_partition, next_offset, "
+                "updated_ms) VALUES (:g, :s, 0, 5, 0)"
+            ),
             {"g": group, "s": stream.name},
         )
     config = SubscriberConfig(
@@ -154,10 +157,13 @@ def test_a_member_whose_position_was_moved_by_another_is_refused(
     positions = SqlPositions(store, group="ledger")
     with ungrouped(cluster, stream, positions) as sub:
         batch = poll_count(sub, 4)
-        # Another subscriber took the partition over and wrote its position meanwhile.
+        # Another subscriber took the partition over (claimed it) and wrote its position.
         with store.engine.begin() as conn:
             conn.execute(
-                sa.text("INSERT INTO bolide_positions VALUES ('ledger', :s, 0, 2, 0)"),
+                sa.text(
+                    "UPDATE bolide_positions SET owner = 'other', next_offset = 2 "
+                    "WHERE group_id = 'ledger' AND stream = :s"
+                ),
                 {"s": stream.name},
             )
         with (

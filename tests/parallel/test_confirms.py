@@ -197,3 +197,35 @@ def test_a_seek_back_starts_the_partition_over(cluster, stream_factory):
         assert receiver.metrics().in_flight == 0 and receiver.running
     handled = sorted(o for _, o, _ in log.done)
     assert handled == sorted([*range(len(published)), *range(10, len(published))])
+
+
+def test_a_receiver_attached_after_a_close_reads_the_abandoned_records_first(
+    cluster, stream_factory
+):
+    """Records a closed receiver abandoned are read again by the next receiver of the same
+    subscriber: no confirm, by it or by hand, passes them before they are finished."""
+    stream = stream_factory()
+    published = publish_keyed(cluster, stream, 20, keys=4)
+    blocker = Blocker(held={5})
+    config = _grouped(stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+    with Subscriber(cluster, config) as sub:
+        try:
+            first = sub.attach_receiver(blocker, concurrency=4, ordering="unordered")
+            eventually(lambda: first.metrics().finished >= len(published) - 1, 120)
+            assert blocker.entered.is_set()
+            first.close(timeout_s=0)  # offset 5 still runs: abandoned
+            assert first.metrics().abandoned >= 1
+            sub.confirm()  # by hand: still nothing at or past the abandoned record
+            eventually(lambda: sub.committed() == {0: 5}, 60)
+            again = Log()
+
+            def handle(record: Record) -> None:
+                again.start(record, record.key)
+                again.end(record, record.key)
+
+            second = sub.attach_receiver(handle, concurrency=4, ordering="unordered")
+            eventually(lambda: sub.committed() == {0: len(published)}, 60)
+            assert 5 in {o for _, o, _ in again.done}
+            second.close()
+        finally:
+            blocker.release.set()
