@@ -144,11 +144,26 @@ def test_nothing_follows_a_commit_that_fails(
         eventually(lambda: sub.committed() == {0: 4}, 30)
 
 
+def _sqlite_savepoints(store: SqlStore) -> None:
+    """SQLAlchemy's recipe for SAVEPOINT on pysqlite: the driver leaves transactions alone
+    and SQLAlchemy emits BEGIN itself (pysqlite's own handling does not nest them)."""
+
+    @sa.event.listens_for(store.engine, "connect")
+    def _no_driver_transactions(dbapi_connection: object, _record: object) -> None:
+        dbapi_connection.isolation_level = None  # type: ignore[attr-defined]
+
+    @sa.event.listens_for(store.engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    store.engine.dispose()  # connections made from now on follow the recipe
+
+
 def test_a_confirm_in_a_rolled_back_savepoint_is_not_written(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
 ) -> None:
     if store.dialect == "sqlite":
-        pytest.skip("pysqlite's legacy transactions do not nest SAVEPOINTs")
+        _sqlite_savepoints(store)
     stream = stream_factory()
     publish(cluster, stream, 3)
     group = f"g-{uuid.uuid4().hex[:8]}"
