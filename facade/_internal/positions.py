@@ -200,7 +200,9 @@ class Positions:
 
     def out_of_range(self, partition: int, offset: int | None) -> int:
         """Where a position Kafka calls out of range goes: below the log start it stays (the
-        splice or a stale read follows), else it is past the end: reported, moved to the end."""
+        splice or a stale read follows); within the log it stays too (a leader that had not
+        caught up yet answered: the fetch is tried again); past the end it is reported and
+        moved to the end."""
         start = log_starts(self._consumer, self.topic, [partition], cluster=self._cluster)[
             partition
         ]
@@ -208,6 +210,8 @@ class Positions:
         if position < start:
             return position
         end = self._log_end(partition)
+        if position <= end:
+            return position
         self._past_end(f"offset {position}", partition, position, end)
         return end
 
