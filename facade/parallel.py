@@ -50,6 +50,7 @@ from bolide.facade.receiver import (
 )
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer
+from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 if TYPE_CHECKING:
@@ -192,9 +193,14 @@ class ParallelReceiver(Receiver):
         self._paused = False
         self._inline = resequencer is None and not _is_async(handler)
         self._board = Board(_ORDERINGS[ordering])
+        run: RecordHandler | AsyncRecordHandler = self._handler  # with the process span
+        if _is_async(handler):
+            run = handler
+            if TELEMETRY is not None:
+                run = TELEMETRY.async_handler(subscriber, cast(AsyncRecordHandler, handler))
         self._runner = Runner(
             self._board,
-            handler if _is_async(handler) else self._handler,  # with telemetry's process span
+            run,
             retry if retry is not None else Retry(attempts=1),
             dead_letter,
             subscriber.topic,
@@ -279,7 +285,7 @@ class ParallelReceiver(Receiver):
         for index, record in enumerate(records):
             try:
                 handler(record)
-            except Exception as exc:
+            except BaseException as exc:  # any raise fails the record only
                 board.ran(records[:index])
                 self._runner.failed(board.claim(record), exc)
                 board.add(records[index + 1 :])

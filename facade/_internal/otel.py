@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -323,34 +323,84 @@ class Instrumentation:
         self, reader: Reader, handler: Callable[[Record], None]
     ) -> Callable[[Record], None]:
         """``handler`` inside a ``process`` span (current while it runs, so what it publishes
-        continues the trace), timed into ``messaging.process.duration``."""
+        continues the trace), timed into ``messaging.process.duration``. Telemetry never
+        changes the outcome: a span that fails to start, record or end is logged, and the
+        handler's own result (its return, or what it raised) is what the caller gets."""
         topic, group = reader.topic, group_of(reader)
 
         def process(record: Record) -> None:
-            if not self.live():
+            span = self._process_span(topic, group, record) if self.live() else None
+            if span is None:
                 handler(record)
                 return
-            try:
-                span = self._span(f"process {topic}", "process", "process", topic, group, record)
-            except Exception:
-                log.exception("telemetry: process span failed")
-                handler(record)
-                return
-            attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "process"}
-            if group is not None:
-                attrs[GROUP] = group
-            attrs[PARTITION] = str(record.partition or 0)
+            attrs = self._process_attrs(topic, group, record)
             started = time.perf_counter()
+            error: BaseException | None = None
             try:
-                with trace.use_span(span, end_on_exit=True, record_exception=True):
+                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
                     handler(record)
             except BaseException as exc:
-                attrs[ERROR_TYPE] = type(exc).__qualname__
+                error = exc
                 raise
             finally:
-                self._processed(time.perf_counter() - started, attrs)
+                self._ended(span, error, time.perf_counter() - started, attrs)
 
         return process
+
+    def async_handler(
+        self, reader: Reader, handler: Callable[[Record], Awaitable[None]]
+    ) -> Callable[[Record], Awaitable[None]]:
+        """``handler`` (an ``async def``) in a ``process`` span, as ``handler`` does."""
+        topic, group = reader.topic, group_of(reader)
+
+        async def process(record: Record) -> None:
+            span = self._process_span(topic, group, record) if self.live() else None
+            if span is None:
+                await handler(record)
+                return
+            attrs = self._process_attrs(topic, group, record)
+            started = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                    await handler(record)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self._ended(span, error, time.perf_counter() - started, attrs)
+
+        return process
+
+    def _process_span(self, topic: str, group: str | None, record: Record) -> Any:
+        try:
+            return self._span(f"process {topic}", "process", "process", topic, group, record)
+        except Exception:
+            log.exception("telemetry: process span failed")
+            return None
+
+    @staticmethod
+    def _process_attrs(topic: str, group: str | None, record: Record) -> dict[str, str]:
+        attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "process"}
+        if group is not None:
+            attrs[GROUP] = group
+        attrs[PARTITION] = str(record.partition or 0)
+        return attrs
+
+    def _ended(
+        self, span: Any, error: BaseException | None, seconds: float, attrs: dict[str, str]
+    ) -> None:
+        """End a process span with the handler's outcome; never raises."""
+        if error is not None:
+            attrs[ERROR_TYPE] = type(error).__qualname__
+        try:
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            span.end()
+        except Exception:
+            log.exception("telemetry: ending a process span failed")
+        self._processed(seconds, attrs)
 
     @guarded
     def _processed(self, seconds: float, attrs: Mapping[str, str]) -> None:

@@ -5,10 +5,17 @@ so its key's later records wait), and after the last attempt the record goes to 
 letter (a stream's ``Publisher``: the record with ``bolide.reason=failed``, the detail and
 ``bolide.source``; or ``fn(record, error)``), or, without one, to the error handler and the
 log. Only then is it finished. A dead letter that fails is reported and tried again later.
+
+Any ``BaseException`` a handler raises is a failure of its record (not retried: it asks to
+stop, not to try again): ``asyncio.CancelledError`` raised by the handler itself,
+``KeyboardInterrupt``, ``SystemExit`` or a user's own; the record is dead-lettered or
+reported, so its key flows on. Only the receiver's own cancellation of an ``async def``
+handler (a close past its deadline) leaves the record unfinished: abandoned, read again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -60,7 +67,7 @@ class Runner:
             started = time.perf_counter()
             try:
                 cast(RecordHandler, self._handler)(item.record)
-            except Exception as exc:
+            except BaseException as exc:  # any raise fails the record only
                 self.failed(item, exc)
                 return
             self.cost += 0.05 * (time.perf_counter() - started - self.cost)
@@ -83,12 +90,15 @@ class Runner:
         if error is None:
             try:
                 await cast(Awaitable[None], self._handler(item.record))
-            except Exception as exc:
+            except BaseException as exc:  # any raise fails the record only
+                task = asyncio.current_task()
+                if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                    raise  # the receiver cancelled it (closing): abandoned, read again
                 error = exc
             else:
                 self._board.finish(item)
                 return
-            if self._again(item, error):
+            if isinstance(error, Exception) and self._again(item, error):
                 return
         pending = self._give_up(item, error)
         if pending is not None:

@@ -5,13 +5,14 @@ confirm, close; a publisher's open, flush, close) runs on one small shared pool 
 a loop with hundreds of subscribers still has a handful of helper threads. A ``Strand`` runs
 one client's calls one at a time, in the order they were made, as the sync client's lock
 would; a call cancelled before it starts never runs, and a call cancelled while it runs
-finishes, its outcome handed to its ``undo`` (a poll gives its records back).
+finishes, its outcome handed to its ``undo`` (a poll gives its records back). A call with an
+``undo`` holds its strand until its caller has its outcome (or was cancelled and the undo
+ran): no later call, another task's confirm say, ever sees an outcome nobody received.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -71,11 +72,12 @@ class _Call(Generic[T]):
 class Strand:
     """Runs one client's blocking calls in order, one at a time, on the shared pool."""
 
-    __slots__ = ("_busy", "_calls", "_lock")
+    __slots__ = ("_busy", "_calls", "_held", "_lock")
 
     def __init__(self) -> None:
         self._calls: deque[_Call[Any]] = deque()
         self._busy = False
+        self._held: _Call[Any] | None = None  # done, its outcome not yet taken or undone
         self._lock = threading.Lock()  # also guards each call's state
 
     async def run(self, fn: Callable[[], T], undo: Callable[[T], None] | None = None) -> T:
@@ -89,10 +91,15 @@ class Strand:
         assert call.future is not None
         self._submit(call)
         try:
-            return await call.future
+            result = await call.future
         except asyncio.CancelledError:
             self._cancel(call)
             raise
+        except BaseException:
+            self._release(call)
+            raise
+        self._release(call)  # the caller has it: later calls may run
+        return result
 
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue ``fn()`` without waiting for it (its failure is the caller's to prevent)."""
@@ -110,10 +117,20 @@ class Strand:
         with self._lock:
             state = call.state
             call.state = _CANCELLED
-        # Pending: it never runs. Running: the strand undoes it when it ends.
-        if state == _DONE and call.undo is not None and call.error is None:
-            undo, result = call.undo, call.result
-            self.submit(lambda: undo(result))
+            # Pending: it never runs. Running: the strand undoes it when it ends. Done: the
+            # undo runs first, before anything queued after it.
+            if state == _DONE and call.undo is not None and call.error is None:
+                undo, result = call.undo, call.result
+                self._calls.appendleft(_Call(lambda: undo(result)))
+        self._release(call)
+
+    def _release(self, call: _Call[Any]) -> None:
+        """``call``'s outcome was taken (or undone): the strand goes on, if it waited."""
+        with self._lock:
+            if self._held is not call:
+                return
+            self._held = None
+        pool().submit(self._drain)
 
     def _drain(self) -> None:
         while True:
@@ -125,9 +142,11 @@ class Strand:
                 if call.state == _CANCELLED:
                     continue
                 call.state = _RUNNING
-            self._run(call)
+            if self._run(call):
+                return  # held: ``_release`` drains on
 
-    def _run(self, call: _Call[Any]) -> None:
+    def _run(self, call: _Call[Any]) -> bool:
+        """Run ``call``; ``True`` when the strand now waits for its outcome to be taken."""
         error: BaseException | None = None
         try:
             result = call.fn()
@@ -136,17 +155,26 @@ class Strand:
         if call.loop is None:  # queued by submit: nobody waits
             if error is not None:
                 log.error("a queued call failed", exc_info=error)
-            return
+            return False
+        hold = call.undo is not None and error is None
         with self._lock:
             cancelled = call.state == _CANCELLED
             call.state = _DONE
             call.result, call.error = result, error
+            if hold and not cancelled:
+                self._held = call
         if cancelled:
             if call.undo is not None and error is None:
                 call.undo(result)
-            return
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
+            return False
+        try:
             call.loop.call_soon_threadsafe(_settle, call)
+        except RuntimeError:  # a closed loop: nobody is left to tell, nor to take it
+            with self._lock:
+                if self._held is call:
+                    self._held = None
+            return False
+        return hold
 
 
 def _settle(call: _Call[Any]) -> None:

@@ -227,3 +227,66 @@ def test_one_worker_with_retries_is_a_parallel_receiver(cluster, stream_factory)
     ok = [o for kind, _, o, _ in handler.events if kind == "ok"]
     assert ok == list(range(len(published)))  # one at a time, in offset order, 3 retried
     assert handler.calls[3] == 2
+
+
+class Stop(BaseException):
+    """A user's own BaseException (as KeyboardInterrupt or SystemExit are)."""
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_a_handler_raising_a_base_exception_fails_only_its_record(cluster, stream_factory, kind):
+    """A BaseException (the handler's own CancelledError too) is that record's failure: the
+    error handler hears it, the key's later records run, confirms pass it once reported."""
+    import asyncio
+
+    stream = stream_factory()
+    published = publish_keyed(cluster, stream, 20, keys=2)  # key k0: 0, 2, 4, ...
+    done: list[int] = []
+    errors: list[tuple[str, BaseException | None]] = []
+    raised = Stop("stop") if kind == "plain" else asyncio.CancelledError()
+
+    def plain(record: Record) -> None:
+        if record.offset == 4:
+            raise raised
+        done.append(record.offset or 0)
+
+    async def coroutine(record: Record) -> None:
+        await asyncio.sleep(0)
+        if record.offset == 4:
+            raise raised
+        done.append(record.offset or 0)
+
+    config = _grouped(stream, error_handler=lambda s, e: errors.append((s, e)))
+    with Subscriber(cluster, config) as sub:
+        receiver = sub.attach_receiver(plain if kind == "plain" else coroutine, concurrency=4)
+        eventually(lambda: receiver.metrics().finished >= len(published), 120)
+        eventually(lambda: sub.committed() == {0: len(published)}, 60)
+        assert receiver.metrics().failed == 1
+    assert sorted(done) == [o for o in range(len(published)) if o != 4]
+    assert [e for _, e in errors] == [raised]
+
+
+def test_a_close_past_its_deadline_still_abandons_a_running_async_handler(cluster, stream_factory):
+    """The receiver's own cancellation is not a failure: the record stays unconfirmed."""
+    import asyncio
+
+    stream = stream_factory()
+    publish_keyed(cluster, stream, 6, keys=6)
+    started = threading.Event()
+    errors: list[BaseException | None] = []
+
+    async def handler(record: Record) -> None:
+        if record.offset == 3:
+            started.set()
+            await asyncio.sleep(3600)
+
+    config = _grouped(stream, error_handler=lambda s, e: errors.append(e))
+    with Subscriber(cluster, config) as sub:
+        receiver = sub.attach_receiver(handler, concurrency=4, ordering="unordered")
+        assert started.wait(120)
+        eventually(lambda: receiver.metrics().finished >= 5, 120)
+        receiver.close(timeout_s=0)
+        metrics = receiver.metrics()
+        assert metrics.failed == 0 and metrics.abandoned >= 1
+        eventually(lambda: sub.committed() == {0: 3}, 60)
+    assert errors == []
