@@ -244,8 +244,9 @@ class Publisher(Closing):
             # One group header, even for a record that was read and is published again.
             headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
             headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
+        untaken: Callable[[], None] | None = None
         if TELEMETRY is not None:  # a send span; its context goes in the headers
-            headers, report = TELEMETRY.send(self._topic, rec, headers, report)
+            headers, report, untaken = TELEMETRY.send(self._topic, rec, headers, report)
         partition = self._partition
         if rec.partition is not None and rec.offset is None:  # Record(..., partition=p)
             partition = rec.partition
@@ -267,6 +268,8 @@ class Publisher(Closing):
                 # Back-pressure: the local queue is full. Close ends the wait: the record was
                 # never accepted, so it is refused like any record offered after close.
                 if not wait:
+                    if untaken is not None:
+                        untaken()  # offered again later, in a span of its own
                     return False
                 if self._closing.is_set():
                     report(_REFUSED, None)
@@ -275,6 +278,10 @@ class Publisher(Closing):
             except KafkaException as exc:
                 report(exc.args[0], None)
                 return True
+            except BaseException:
+                if untaken is not None:
+                    untaken()  # refused by the client (a bad argument): no span left open
+                raise
 
     def _error(self, rec: Record, err: Any) -> PublishError:
         """The ``PublishError`` for a record the broker (or ``close``) did not accept."""

@@ -74,6 +74,10 @@ def _version() -> str:
         return "0"
 
 
+def _nothing() -> None:
+    """No span to end."""
+
+
 class Instrumentation:
     """Counters, histograms, gauges and spans of every bolide client in the process.
 
@@ -220,15 +224,16 @@ class Instrumentation:
 
     def send(
         self, topic: str, record: Record, headers: Headers | None, report: Report
-    ) -> tuple[Headers | None, Report]:
+    ) -> tuple[Headers | None, Report, Callable[[], None]]:
         """Start the ``send`` span of ``record``, put its context in the record's headers,
         and wrap ``report`` to count the outcome and end the span on the acknowledgement.
 
         ``record.headers`` gets the same trace headers as the message, so a published record
-        equals the one read back.
+        equals the one read back. The third element ends the span when the client never took
+        the record (its queue was full, or it refused the call): no span is left open.
         """
         if not self.live():
-            return headers, report
+            return headers, report, _nothing
         try:
             attrs = {SYSTEM: "kafka", DESTINATION: topic, OPERATION: "send", OPERATION_TYPE: "send"}
             span = self.tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes=attrs)
@@ -242,14 +247,20 @@ class Instrumentation:
                 headers = traced
         except Exception:
             log.exception("telemetry: send failed")
-            return headers, report
+            return headers, report, _nothing
         started = time.perf_counter()
 
         def reported(err: Any, msg: Any) -> None:
             self._sent(topic, span, started, err, msg)
             report(err, msg)
 
-        return headers, reported
+        def untaken() -> None:
+            try:
+                span.end()
+            except Exception:
+                log.exception("telemetry: ending a send span failed")
+
+        return headers, reported, untaken
 
     @guarded
     def _sent(self, topic: str, span: Any, started: float, err: Any, msg: Any) -> None:

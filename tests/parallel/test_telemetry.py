@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor
 
 from bolide.facade import InitialOffsetScheme, Record, Subscriber, SubscriberConfig, telemetry
 from tests.conftest import eventually
@@ -114,4 +115,49 @@ def test_a_span_that_fails_to_end_never_fails_the_handler(cluster, stream_factor
         assert sorted(handled) == list(range(len(published)))
     finally:
         telemetry.configure()
+        otel.meter_provider.shutdown()
+
+
+class _Counting(SpanProcessor):
+    """Counts the spans started and ended."""
+
+    def __init__(self) -> None:
+        self.started = self.ended = 0
+        self.lock = threading.Lock()
+
+    def on_start(self, span, parent_context=None) -> None:
+        with self.lock:
+            self.started += 1
+
+    def on_end(self, span) -> None:
+        with self.lock:
+            self.ended += 1
+
+
+def test_every_send_span_ends_even_when_the_queue_refuses_a_record(cluster, stream_factory):
+    """An asyncio publisher offers records to a full local queue and waits for room: each
+    refused offer ends its span (the record is offered again in a span of its own)."""
+    import asyncio
+
+    from bolide.facade import PublisherConfig
+    from bolide.facade.aio import AsyncPublisher
+
+    otel, counting = Otel(), _Counting()
+    otel.tracer_provider.add_span_processor(counting)
+    telemetry.configure(otel.tracer_provider, otel.meter_provider)
+    try:
+        stream = stream_factory()
+        config = PublisherConfig(stream=stream, producer_config={"queue.buffering.max.messages": 1})
+
+        async def main() -> list[int]:
+            async with AsyncPublisher(cluster, config) as pub:
+                return await asyncio.gather(*(pub.publish(Record(b"%d" % i)) for i in range(50)))
+
+        offsets = asyncio.run(main())
+        assert sorted(offsets) == list(range(50))
+        assert len(otel.finished(f"send {stream.name}")) >= 50
+        assert counting.started == counting.ended
+    finally:
+        telemetry.configure()
+        otel.tracer_provider.shutdown()
         otel.meter_provider.shutdown()
