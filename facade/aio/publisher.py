@@ -158,6 +158,11 @@ class AsyncPublisher:
         Records keep their order. If any fails, raises that record's ``PublishError`` once
         every record has its answer (``Publisher.publish_many``).
 
+        Cancelled (while it waits for room, or for the acknowledgements), the records already
+        handed to the producer are still delivered, each ``Record`` stamped with its offset as
+        its acknowledgement arrives; the rest are never sent and keep ``offset`` ``None``. So
+        the caller knows which went (pass ``Record`` objects to keep hold of them).
+
         Raises:
             TypeError: A record is neither a Record nor something the serde encodes (nothing
                 of the batch is published).

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bolide.facade import SubscriberConfig
+from bolide.facade import InitialOffsetScheme, SubscriberConfig
 from bolide.facade.aio import AsyncSubscriber
 from tests.aio.test_aio import LEASE_MS, publish, read, run
 
@@ -71,5 +71,37 @@ def test_another_tasks_confirm_waits_for_a_cancelled_polls_give_back(cluster, st
             assert await sub.committed() == {0: confirmed}
             rest = await read(sub, len(offsets) - len(first))
             assert [r.offset for r in first + rest] == offsets
+
+    run(main)
+
+
+def test_a_cancelled_publish_many_tells_which_records_went(cluster, stream_factory):
+    """Cancelled while waiting for room: what the producer took is delivered and stamped with
+    its offset; what it never took keeps ``offset`` None and is never sent."""
+    from bolide.facade import PublisherConfig, Record
+    from bolide.facade.aio import AsyncPublisher
+
+    stream = stream_factory()
+    config = PublisherConfig(stream=stream, producer_config={"queue.buffering.max.messages": 1})
+    records = [Record(b"%d" % i) for i in range(200)]
+
+    async def main() -> None:
+        async with AsyncPublisher(cluster, config) as pub:
+            task = asyncio.create_task(pub.publish_many(records))
+            await asyncio.sleep(0)  # the first record is taken; the next waits for room
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await pub.flush()
+        sent = [r for r in records if r.offset is not None]
+        assert sent and sent == records[: len(sent)], "a prefix went, in order"
+        assert [r.offset for r in sent] == list(range(len(sent)))
+        subscriber = SubscriberConfig(
+            stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST
+        )
+        async with AsyncSubscriber(cluster, subscriber) as sub:
+            got = await read(sub, len(sent))
+            assert len(await sub.poll(500)) == 0
+        assert [r.data for r in got] == [r.data for r in sent]
 
     run(main)
