@@ -8,10 +8,11 @@ follow the OpenTelemetry messaging semantic conventions; what they do not name i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -340,21 +341,8 @@ class Instrumentation:
         topic, group = reader.topic, group_of(reader)
 
         def process(record: Record) -> None:
-            span = self._process_span(topic, group, record) if self.live() else None
-            if span is None:
+            with self._processing(topic, group, record):
                 handler(record)
-                return
-            attrs = self._process_attrs(topic, group, record)
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
-                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                    handler(record)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self._ended(span, error, time.perf_counter() - started, attrs)
 
         return process
 
@@ -365,23 +353,29 @@ class Instrumentation:
         topic, group = reader.topic, group_of(reader)
 
         async def process(record: Record) -> None:
-            span = self._process_span(topic, group, record) if self.live() else None
-            if span is None:
+            with self._processing(topic, group, record):
                 await handler(record)
-                return
-            attrs = self._process_attrs(topic, group, record)
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
-                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                    await handler(record)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self._ended(span, error, time.perf_counter() - started, attrs)
 
         return process
+
+    @contextlib.contextmanager
+    def _processing(self, topic: str, group: str | None, record: Record) -> Iterator[None]:
+        """One handler call in its ``process`` span, current while it runs."""
+        span = self._process_span(topic, group, record) if self.live() else None
+        if span is None:
+            yield
+            return
+        attrs = self._process_attrs(topic, group, record)
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._ended(span, error, time.perf_counter() - started, attrs)
 
     def _process_span(self, topic: str, group: str | None, record: Record) -> Any:
         try:

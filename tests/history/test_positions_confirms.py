@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +19,20 @@ from tests.conftest import eventually
 from tests.history.test_positions import EARLIEST, LEASE_MS, ledger, poll_count, publish, ungrouped
 
 pytestmark = pytest.mark.kafka
+
+
+def grouped(
+    stream: StreamConfig, group: str, positions: SqlPositions, **extra: Any
+) -> SubscriberConfig:
+    """A grouped subscriber from the start of the stream, its positions in ``positions``."""
+    return SubscriberConfig(
+        stream=stream,
+        group=group,
+        lease_timeout_ms=LEASE_MS,
+        initial_offset_scheme=EARLIEST,
+        positions=positions,
+        **extra,
+    )
 
 
 def test_parallel_handlers_confirm_their_own_records_without_passing_unfinished_ones(
@@ -56,14 +71,7 @@ def test_parallel_handlers_confirm_their_own_records_without_passing_unfinished_
                 if below != position:  # a record below the position has no row
                     violations.append((position, int(below or 0)))
 
-    config = SubscriberConfig(
-        stream=stream,
-        group=group,
-        lease_timeout_ms=LEASE_MS,
-        initial_offset_scheme=EARLIEST,
-        positions=positions,
-        error_handler=lambda summary, error: errors.append(error),
-    )
+    config = grouped(stream, group, positions, error_handler=lambda s, e: errors.append(e))
     with Subscriber(cluster, config) as sub:
         receiver = sub.attach_receiver(handle, concurrency=4, ordering="unordered")
         eventually(lambda: receiver.metrics().finished >= count, 120)
@@ -122,13 +130,7 @@ def test_nothing_follows_a_commit_that_fails(
     publish(cluster, stream, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     positions = SqlPositions(store)
-    config = SubscriberConfig(
-        stream=stream,
-        group=group,
-        lease_timeout_ms=LEASE_MS,
-        initial_offset_scheme=EARLIEST,
-        positions=positions,
-    )
+    config = grouped(stream, group, positions)
     with Subscriber(cluster, config) as sub:
         batch = poll_count(sub, 4)
         with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
@@ -168,13 +170,7 @@ def test_a_confirm_in_a_rolled_back_savepoint_is_not_written(
     publish(cluster, stream, 3)
     group = f"g-{uuid.uuid4().hex[:8]}"
     positions = SqlPositions(store)
-    config = SubscriberConfig(
-        stream=stream,
-        group=group,
-        lease_timeout_ms=LEASE_MS,
-        initial_offset_scheme=EARLIEST,
-        positions=positions,
-    )
+    config = grouped(stream, group, positions)
     with Subscriber(cluster, config) as sub:
         poll_count(sub, 3)
         with store.engine.begin() as conn:  # noqa: SIM117 (the savepoint inside the transaction)
