@@ -1,0 +1,265 @@
+"""Model-based test of the parallel receiver: random handler outcomes, closes and restarts.
+
+Hypothesis drives a parallel receiver on one stream: each record's handler succeeds, raises,
+or blocks until released (so that a close past its deadline abandons it); receivers are
+closed (at once, or after releasing what blocks) and attached again, and the subscriber is
+closed and opened again (a restart: its partitions go back to the group). Positions are kept
+either in the group's committed offsets (the receiver confirms by itself) or in SQL
+(``SqlPositions``: each handler writes its row and confirms its own record in one
+transaction). Checked after every step, for the partition:
+
+- the committed position never passes a record that is not finished (handled, or failed and
+  reported): position <= lowest unfinished offset;
+
+and at the end, once everything is released and a last receiver has run: every record was
+finished at least once (nothing lost) and the position reaches the end.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from bolide.facade import (
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    Retry,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade.receiver import Receiver
+from bolide.stores import SqlPositions, SqlStore
+from tests.conftest import DATABASES, eventually, upgraded_db_url
+
+pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
+
+LEASE_MS = 4_000
+RECORDS = 24
+OUTCOMES = ["ok", "ok", "ok", "raise", "slow"]
+
+
+class Bad(Exception):
+    """What a handler raises on purpose; names its record."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"record {offset} is bad")
+        self.offset = offset
+
+
+class ReceiverMachine(RuleBasedStateMachine):
+    """One stream of ``RECORDS`` records, one subscriber at a time, its receivers, the model."""
+
+    def __init__(self, cluster: Any, make_stream: Any, store: SqlStore | None) -> None:
+        super().__init__()
+        self.cluster, self.make_stream, self.store = cluster, make_stream, store
+        self.sub: Subscriber | None = None
+        self.receiver: Receiver | None = None
+        self.lock = threading.Lock()
+        self.finished: set[int] = set()  # handled, or failed and reported
+        self.gates: list[threading.Event] = []  # one per receiver: slow handlers wait on it
+        self.outcome: dict[int, str] = {}
+
+    @initialize(
+        outcomes=st.lists(st.sampled_from(OUTCOMES), min_size=RECORDS, max_size=RECORDS),
+        concurrency=st.sampled_from([1, 4]),
+        ordering=st.sampled_from(["key", "partition", "unordered"]),
+    )
+    def start(self, outcomes: list[str], concurrency: int, ordering: str) -> None:
+        self.outcome = dict(enumerate(outcomes))
+        self.concurrency, self.ordering = concurrency, ordering
+        self.stream = self.make_stream()
+        with Publisher(self.cluster, PublisherConfig(stream=self.stream)) as pub:
+            for i in range(RECORDS):
+                pub.publish_async(Record(b"%d" % i, key=b"k%d" % (i % 3)))
+            assert pub.flush(60) == 0
+        self.group = f"rm-{uuid.uuid4().hex[:10]}"
+        self.positions: SqlPositions | None = None
+        if self.store is not None:
+            self.positions = SqlPositions(self.store)
+            self.table = sa.Table(
+                f"rows_{uuid.uuid4().hex[:8]}", sa.MetaData(), sa.Column("off", sa.BigInteger)
+            )
+            self.table.create(self.store.engine)
+        self._open()
+
+    # -- the system under test -------------------------------------------------------------
+
+    def _open(self) -> None:
+        config = SubscriberConfig(
+            stream=self.stream,
+            group=self.group,
+            lease_timeout_ms=LEASE_MS,
+            initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+            positions=self.positions,
+            error_handler=self._reported,
+        )
+        self.sub = Subscriber(self.cluster, config)
+
+    def _reported(self, summary: str, error: BaseException | None) -> None:
+        if isinstance(error, Bad):
+            with self.lock:
+                self.finished.add(error.offset)
+
+    def _handler(self, sub: Subscriber, gate: threading.Event) -> Any:
+        store = self.store
+
+        def handle(record: Record) -> None:
+            offset = record.offset
+            assert offset is not None
+            outcome = self.outcome[offset]
+            if outcome == "raise":
+                raise Bad(offset)
+            if outcome == "slow":
+                gate.wait(120)
+            if store is not None:
+                with store.engine.begin() as conn:
+                    conn.execute(self.table.insert().values(off=offset))
+                    sub.confirm(offset, partition=record.partition, conn=conn)
+            with self.lock:
+                self.finished.add(offset)
+
+        return handle
+
+    # -- rules -------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.receiver is None)
+    @rule()
+    def attach(self) -> None:
+        assert self.sub is not None
+        gate = threading.Event()
+        self.gates.append(gate)
+        self.receiver = self.sub.attach_receiver(
+            self._handler(self.sub, gate),
+            concurrency=self.concurrency,
+            ordering=self.ordering,
+            retry=Retry(attempts=1),
+        )
+
+    @precondition(lambda self: self.receiver is not None)
+    @rule()
+    def release_and_finish(self) -> None:
+        """Release what blocks and wait until every record is finished."""
+        for gate in self.gates:
+            gate.set()
+        eventually(lambda: self._finished() == set(range(RECORDS)), 120)
+
+    @precondition(lambda self: self.receiver is not None)
+    @rule()
+    def close_at_once(self) -> None:
+        """Close past the deadline: what still runs (slow records) is abandoned."""
+        receiver = self.receiver
+        assert receiver is not None
+        # Once it has work in hand (or nothing is left to do), so that a close abandons some.
+        eventually(
+            lambda: receiver.metrics().in_flight > 0 or self._finished() == set(range(RECORDS)),
+            120,
+        )
+        receiver.close(timeout_s=0)
+        self.receiver = None
+
+    @precondition(lambda self: self.receiver is not None)
+    @rule()
+    def release_and_close(self) -> None:
+        assert self.receiver is not None
+        for gate in self.gates:
+            gate.set()
+        self.receiver.close()
+        self.receiver = None
+
+    @rule()
+    def restart(self) -> None:
+        """Close everything at once and open a new subscriber of the same group."""
+        if self.receiver is not None:
+            self.receiver.close(timeout_s=0)
+            self.receiver = None
+        assert self.sub is not None
+        self.sub.close()
+        self._open()
+
+    # -- what must hold ----------------------------------------------------------------------
+
+    def _finished(self) -> set[int]:
+        with self.lock:
+            return set(self.finished)
+
+    def _position(self) -> int:
+        if self.positions is not None:
+            return self.positions.positions(self.group, self.stream.name).get(0, 0)
+        assert self.sub is not None
+        return self.sub.committed().get(0) or 0
+
+    @invariant()
+    def never_past_unfinished_work(self) -> None:
+        if self.sub is None:
+            return
+        position = self._position()  # first: what finishes after it only widens the check
+        finished = self._finished()
+        lowest = min((o for o in range(RECORDS) if o not in finished), default=RECORDS)
+        assert position <= lowest, (
+            f"the position {position} passes record {lowest}, which is not finished"
+        )
+
+    def teardown(self) -> None:
+        try:
+            for gate in self.gates:
+                gate.set()
+            if self.sub is None:
+                return
+            if self.receiver is None:
+                self.attach()
+                self.gates[-1].set()  # its slow records too
+            eventually(lambda: self._finished() == set(range(RECORDS)), 120)
+            assert self.receiver is not None
+            self.receiver.close()
+            self.receiver = None
+            if self.store is not None:  # the tail: everything is finished now
+                with self.store.engine.begin() as conn:
+                    self.sub.confirm(conn=conn)
+            eventually(lambda: self._position() == RECORDS, 60)
+        finally:
+            for gate in self.gates:
+                gate.set()
+            if self.receiver is not None:
+                self.receiver.close(timeout_s=0)
+            if self.sub is not None:
+                self.sub.close()
+
+
+MODEL = settings(
+    max_examples=6,
+    stateful_step_count=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def test_the_receiver_on_kafka_offsets_against_the_model(cluster, stream_factory):
+    run_state_machine_as_test(
+        lambda: ReceiverMachine(cluster, stream_factory, None), settings=MODEL
+    )
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_the_receiver_on_sql_positions_against_the_model(
+    cluster, stream_factory, database, tmp_path, request
+):
+    with SqlStore(upgraded_db_url(database, tmp_path, request)) as store:
+        run_state_machine_as_test(
+            lambda: ReceiverMachine(cluster, stream_factory, store), settings=MODEL
+        )
