@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -366,8 +366,17 @@ MAX_BATCH = 1_000_000
 class SubscriberConfig:
     """Subscriber settings.
 
+    Give exactly one of ``stream``, ``streams`` and ``pattern``.
+
     Args:
         stream: The stream to read.
+        streams: Several streams to read (Kafka's subscription to a list of topics); each
+            record's ``stream`` names its source (docs/concepts.md#several-streams).
+        pattern: Read every topic whose whole name matches this regular expression (Python's
+            ``re.fullmatch``; topics named ``__...`` are left out, as Kafka's internal topics
+            are), and those created later once the client looks again
+            (``topic.metadata.refresh.interval.ms`` in ``consumer_config``, librdkafka's
+            default 300000).
         group: Subscriber group (Kafka consumer group); ``None`` for an ungrouped subscriber.
         initial_offset_scheme: Where to start without a position (table: docs/concepts.md).
         lease_timeout_ms: A grouped subscriber that stops polling for this long loses its lease
@@ -379,7 +388,8 @@ class SubscriberConfig:
             missed while away (docs/durable.md).
         durable_timeout_s: A durable client away longer than this is forgotten.
         durable_registry: Store holding the durable registry; defaults to ``stream.store``.
-        on_assign: ``fn(partitions)`` after this subscriber gains partitions (grouped).
+        on_assign: ``fn(partitions)`` after this subscriber gains partitions (grouped): partition
+            numbers for one ``stream``, ``(stream, partition)`` pairs for several.
         on_revoke: ``fn(partitions)`` after it gives them up or loses them (grouped); e.g.
             ``Resequencer.forget`` each, since the new owner re-reads from the last confirm.
         on_live: Called once when a durable client's replay is done.
@@ -395,7 +405,9 @@ class SubscriberConfig:
             application's transaction.
     """
 
-    stream: StreamConfig
+    stream: StreamConfig | None = None
+    streams: Sequence[StreamConfig] | None = None
+    pattern: str | None = None
     group: str | None = None
     initial_offset_scheme: InitialOffsetScheme = InitialOffsetScheme.AUTO
     lease_timeout_ms: int = 10_000
@@ -405,8 +417,8 @@ class SubscriberConfig:
     durable_id: str | None = None
     durable_timeout_s: float = 300.0
     durable_registry: Any = field(default=None, compare=False)
-    on_assign: Callable[[list[int]], None] | None = field(default=None, compare=False)
-    on_revoke: Callable[[list[int]], None] | None = field(default=None, compare=False)
+    on_assign: Callable[[list[Any]], None] | None = field(default=None, compare=False)
+    on_revoke: Callable[[list[Any]], None] | None = field(default=None, compare=False)
     on_live: Callable[[], None] | None = field(default=None, compare=False)
     on_expired: Callable[[str], None] | None = field(default=None, compare=False)
     serde: Any = None
@@ -417,8 +429,7 @@ class SubscriberConfig:
     __repr__ = _safe_repr
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stream, StreamConfig):
-            raise TypeError("stream must be a StreamConfig")
+        self._check_sources()
         _check_group("group", self.group)
         self._check_exactly_once()
         for hook in ("on_assign", "on_revoke", "on_live", "on_expired"):
@@ -443,8 +454,55 @@ class SubscriberConfig:
         if not self.grouped and self.initial_offset_scheme is InitialOffsetScheme.NONE:
             raise InvalidInitialOffsetSchemeError(
                 "initial_offset_scheme NONE is illegal for an ungrouped subscriber",
-                stream=self.stream.name,
+                stream=self.stream.name if self.stream is not None else None,
             )
+
+    def _check_sources(self) -> None:
+        given = [n for n in ("stream", "streams", "pattern") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of stream, streams and pattern"
+                + (f", not {' and '.join(given)}" if given else "")
+            )
+        if self.stream is not None and not isinstance(self.stream, StreamConfig):
+            raise TypeError("stream must be a StreamConfig")
+        if self.streams is not None:
+            if isinstance(self.streams, StreamConfig | str) or not isinstance(
+                self.streams, Sequence
+            ):
+                raise TypeError("streams must be a list of StreamConfig")
+            streams = tuple(self.streams)
+            if not streams or not all(isinstance(s, StreamConfig) for s in streams):
+                raise TypeError("streams must be a non-empty list of StreamConfig")
+            names = [s.name for s in streams]
+            if len(set(names)) != len(names):
+                raise ValueError(f"streams name a topic twice: {names}")
+            object.__setattr__(self, "streams", streams)
+        if self.pattern is not None:
+            if not isinstance(self.pattern, str) or not self.pattern:
+                raise TypeError("pattern must be a non-empty str (a regular expression)")
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"pattern {self.pattern!r} is not a regular expression: {exc}"
+                ) from exc
+        if self.stream is None and self.durable_id is not None:
+            raise ValueError(
+                "a durable client reads one stream: durable_id needs stream=, not streams= or "
+                "pattern="
+            )
+
+    @property
+    def single(self) -> StreamConfig:
+        """The one stream of a ``stream=`` config.
+
+        Raises:
+            ValueError: The config reads several streams (``streams=`` or ``pattern=``).
+        """
+        if self.stream is None:
+            raise ValueError("this config reads several streams (streams= or pattern=)")
+        return self.stream
 
     def _check_exactly_once(self) -> None:
         if self.isolation not in _ISOLATIONS:

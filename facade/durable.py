@@ -92,7 +92,7 @@ def resolve_registry(config: SubscriberConfig) -> tuple[DurableRegistry, bool]:
     if source is not None:
         return open_plugin(DURABLE_REGISTRIES, source), True
     try:
-        return open_plugin(DURABLE_REGISTRIES, config.stream.store), True
+        return open_plugin(DURABLE_REGISTRIES, config.single.store), True
     except TypeError:
         raise ValueError(
             f"durable_id={config.durable_id!r} needs a registry: set durable_registry to a "
@@ -237,7 +237,7 @@ class DurableSession:
         self._host = host
         self._cluster = cluster
         self._config = config
-        self._topic = config.stream.name
+        self._topic = config.single.name
         self._partitions = partitions
         self.durable_id: str = config.durable_id
         self.group_id = durable_group_id(config.durable_id)

@@ -362,7 +362,8 @@ class Publisher(Closing):
         """Send ``subscriber``'s delivered positions with the open transaction.
 
         They commit with it (Kafka's ``send_offsets_to_transaction``), so the input is
-        confirmed exactly when the output becomes visible.
+        confirmed exactly when the output becomes visible. A subscriber of several streams
+        sends each stream's positions.
 
         Raises:
             TransactionError: No transaction is open, or the publisher is not transactional.
@@ -372,7 +373,9 @@ class Publisher(Closing):
                 whose records it read and has not confirmed: their outputs in this transaction
                 must not commit; let the block raise it, so the transaction aborts.
         """
-        self._transactions().confirm(subscriber._confirm_in_transaction)
+        transactions = self._transactions()
+        for source in subscriber._transaction_sources():
+            transactions.confirm(source)
 
     def _transactions(self) -> Transactions:
         if self._txn is None:

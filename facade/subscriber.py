@@ -64,7 +64,8 @@ _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
 
 class Subscriber(Closing):
-    """Reads records from one stream.
+    """Reads records from one stream, or from several (``SubscriberConfig(streams=...)`` or
+    ``pattern=``: then a ``bolide.facade.streams.StreamsSubscriber``).
 
     Args:
         cluster: Where the stream lives.
@@ -76,6 +77,13 @@ class Subscriber(Closing):
         StreamConfigMismatchError: The topic exists with another partition count.
     """
 
+    def __new__(cls, cluster: Cluster, config: SubscriberConfig) -> Subscriber:
+        if cls is Subscriber and isinstance(config, SubscriberConfig) and config.stream is None:
+            from bolide.facade.streams import StreamsSubscriber  # it builds on this class
+
+            return super().__new__(StreamsSubscriber)
+        return super().__new__(cls)
+
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
         if not isinstance(cluster, Cluster):
             raise TypeError("cluster must be a Cluster")
@@ -83,8 +91,8 @@ class Subscriber(Closing):
             raise TypeError("config must be a SubscriberConfig")
         self.cluster = cluster
         self.config = config
-        self.stream = config.stream
-        self.topic = config.stream.name
+        self.stream = config.single
+        self.topic = self.stream.name
         self.grouped = config.grouped
         self.group_id = group_id(config)
         # Settings are checked when the client is built: a bad one fails before any topic work.
@@ -99,7 +107,7 @@ class Subscriber(Closing):
 
     def _setup(self) -> None:
         config, cluster = self.config, self.cluster
-        self.partitions = ensure_topic(cluster, config.stream)
+        self.partitions = ensure_topic(cluster, self.stream)
         # Held while talking to the consumer; user callbacks wait until it is let go.
         self._lock = HookLock()
         self._closed = False
@@ -272,6 +280,13 @@ class Subscriber(Closing):
                 self._fetcher.serve(self.config.max_batch)
             return bool(self._assigned)
 
+    @property
+    def joined(self) -> bool:
+        """True once the subscriber group has given this subscriber an assignment (maybe an
+        empty one: a group may have more members than partitions); always true when
+        ungrouped. ``is_assigned`` and ``poll`` serve the join."""
+        return not self.grouped or self._rebalances > 0
+
     def deactivate(self) -> None:
         """Give up the lease (grouped only); ``reactivate`` seeks it again."""
         if not self.grouped:
@@ -362,37 +377,43 @@ class Subscriber(Closing):
 
     # -- positions and confirms -------------------------------------------------------------
 
-    def seek(self, offset: int, partition: int | None = None) -> None:
-        """Move an ungrouped subscriber to ``offset`` (the next record read).
+    def seek(self, offset: int, partition: int | None = None, stream: str | None = None) -> None:
+        """Move an ungrouped subscriber to ``offset`` (the next record read) on ``partition``
+        of ``stream`` (which a subscriber of several streams needs).
 
         Raises:
             IllegalSubscriberStateError: The subscriber is grouped.
-            ValueError: ``offset`` is negative, or ``partition`` is missing on a
-                multi-partition stream.
+            ValueError: ``offset`` is negative, ``partition`` is missing on a
+                multi-partition stream, or ``stream`` is not one this subscriber reads.
         """
         if self.grouped:
             raise IllegalSubscriberStateError("seek is for ungrouped subscribers only")
         check_int("offset", offset)
+        self._stream_arg(stream)
         p = self._partition_arg(partition)
         with self._lock:
             self._check_open()
             self._fetcher.drop({p})
             self._fetcher.move(p, self._positions.seek_target(p, offset))
 
-    def seek_to_time(self, timestamp_ms: int, partition: int | None = None) -> None:
+    def seek_to_time(
+        self, timestamp_ms: int, partition: int | None = None, stream: str | None = None
+    ) -> None:
         """Move an ungrouped subscriber to the first record at or after ``timestamp_ms``
-        (epoch milliseconds) on ``partition``, or on every partition when ``None``; to the
-        end of a partition with no such record (Kafka's ``offsetsForTimes``).
+        (epoch milliseconds) on ``partition``, or on every partition when ``None`` (of
+        ``stream``, or of every stream read when ``None``); to the end of a partition with no
+        such record (Kafka's ``offsetsForTimes``).
 
         Raises:
             IllegalSubscriberStateError: The subscriber is grouped.
-            ValueError: ``timestamp_ms`` is negative, or ``partition`` is not one of the
-                stream's.
+            ValueError: ``timestamp_ms`` is negative, ``partition`` is not one of the
+                stream's, or ``stream`` is not one this subscriber reads.
             BrokerError: The broker refused or did not answer the lookup.
         """
         if self.grouped:
             raise IllegalSubscriberStateError("seek_to_time is for ungrouped subscribers only")
         check_int("timestamp_ms", timestamp_ms)
+        self._stream_arg(stream)
         if partition is None:
             parts = list(range(self.partitions))
         else:
@@ -459,13 +480,20 @@ class Subscriber(Closing):
         return parts
 
     def confirm(
-        self, offset: int | None = None, partition: int | None = None, *, conn: Any = None
+        self,
+        offset: int | None = None,
+        partition: int | None = None,
+        *,
+        stream: str | None = None,
+        conn: Any = None,
     ) -> None:
-        """Confirm records up to ``offset`` (Meteor's meaning: the last record finished with).
+        """Confirm records up to ``offset`` (Meteor's meaning: the last record finished with)
+        on ``partition`` of ``stream`` (which a subscriber of several streams needs).
 
-        Without arguments, confirms the last record returned by ``poll`` on every partition;
-        with nothing read it does nothing. Commits are asynchronous; failures go to the error
-        handler, as does a confirm after the lease was lost (which changes nothing). Inside
+        Without ``offset``, confirms the last record returned by ``poll`` on every partition
+        (of ``stream`` when given); with nothing read it does nothing. Commits are
+        asynchronous; failures go to the error handler, as does a confirm after the lease was
+        lost (which changes nothing). Inside
         ``on_revoke`` the partitions are still owned and the commit is synchronous.
 
         With ``conn`` (a SQLAlchemy connection in the application's transaction, and
@@ -479,10 +507,12 @@ class Subscriber(Closing):
         Raises:
             IllegalSubscriberStateError: The subscriber is ungrouped (without ``conn``), or
                 closed, or ``conn`` is given without a position store, or missing with one.
-            ValueError: ``offset`` is negative or beyond the last record read.
+            ValueError: ``offset`` is negative or beyond the last record read, or ``stream``
+                is not one this subscriber reads.
             NotAssignedError: With ``conn``: another subscriber moved the stored position
                 (it took the partition over); roll the transaction back.
         """
+        self._stream_arg(stream)
         self._confirm(offset, partition, conn=conn)
 
     def _confirm(
@@ -515,6 +545,12 @@ class Subscriber(Closing):
             TELEMETRY.confirmed(self, positions)
         self._confirms.confirm(positions, conn)
 
+    def _transaction_sources(
+        self,
+    ) -> list[Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]]:
+        """What ``Publisher.confirm`` sends with its transaction: one source per consumer."""
+        return [self._confirm_in_transaction]
+
     def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
         """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
         to call once the transaction commits. A durable client's polls stop committing what
@@ -533,8 +569,12 @@ class Subscriber(Closing):
         return measure(self.cluster, "subscriber", group, (self.topic,), at, closed=self._closed,
                        last_poll_ms=last, lag=lag)  # fmt: skip
 
-    def committed(self, timeout_s: float = 10.0) -> dict[int, int | None]:
-        """The group's confirmed positions (next offset to read) per partition."""
+    def committed(
+        self, timeout_s: float = 10.0, *, stream: str | None = None
+    ) -> dict[int, int | None]:
+        """The group's confirmed positions (next offset to read) per partition of ``stream``
+        (which a subscriber of several streams needs)."""
+        self._stream_arg(stream)
         if not self.grouped:
             raise IllegalSubscriberStateError("ungrouped subscribers confirm nothing")
         parts = [TopicPartition(self.topic, p) for p in range(self.partitions)]
@@ -589,6 +629,15 @@ class Subscriber(Closing):
 
     def _partition_arg(self, partition: int | None) -> int:
         return partition_arg(self.topic, self.partitions, partition)
+
+    def _stream_arg(self, stream: str | None) -> None:
+        if stream is not None and stream != self.topic:
+            raise ValueError(f"{stream!r} is not this subscriber's stream {self.topic!r}")
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The names of the streams read."""
+        return (self.topic,)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -35,7 +35,7 @@ def consumer_config(
     lease = config.lease_timeout_ms
     own: dict[str, Any] = {
         "group.id": group,
-        "client.id": f"bolide-sub-{config.stream.name}",
+        "client.id": f"bolide-sub-{config.single.name}",
         # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
         "auto.offset.reset": "error",
         "on_commit": on_commit,

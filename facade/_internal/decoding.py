@@ -18,7 +18,7 @@ class Decoder:
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
         self._cluster = cluster
         self._serde = config.serde
-        self._topic = config.stream.name
+        self._topic = config.single.name
         self._dead_letter = config.dead_letter
         self._publisher: Publisher | None = None
 

@@ -79,7 +79,7 @@ class Fetcher:
         self.pending = pending
         self.deactivated = False
         self._consumer = consumer
-        self._topic = config.stream.name
+        self._topic = config.single.name
         self._grouped = config.grouped
         self._limit = config.max_batch
         self._assigned = assigned

@@ -49,7 +49,7 @@ class Positions:
         partitions: int,
         report: Report,
     ) -> None:
-        self.topic = config.stream.name
+        self.topic = config.single.name
         self._cluster = cluster
         self._consumer = consumer
         self._partitions = partitions
@@ -59,7 +59,7 @@ class Positions:
         self.confirmed: dict[int, int] = {}
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
         self.gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
-        self.history = HistoryCursor(config.stream)
+        self.history = HistoryCursor(config.single)
         scheme = config.initial_offset_scheme
         if scheme is InitialOffsetScheme.AUTO:
             scheme = InitialOffsetScheme.EARLIEST if config.grouped else InitialOffsetScheme.LATEST

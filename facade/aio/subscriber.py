@@ -63,6 +63,11 @@ class AsyncSubscriber:
             raise TypeError("config must be a SubscriberConfig")
         self.cluster = cluster
         self.config = config
+        if config.stream is None:
+            raise ValueError(
+                "AsyncSubscriber reads one stream: give stream=, or read several streams with "
+                "one AsyncSubscriber each"
+            )
         self.stream = config.stream
         self.topic = config.stream.name
         self.grouped = config.grouped
