@@ -278,6 +278,8 @@ class Archiver:
             if target is not None and _reached(positions, target):
                 self._report(meter, positions, target, caught_up=True, force=True)
                 return self.stats
+            # A first report at once (what is left to do), before the group is joined.
+            self._report(meter, positions, target, caught_up=False, force=True)
             self._gaps = {}
             consumer.subscribe(
                 sorted(self.streams), on_assign=self._on_assign, on_revoke=self._on_revoke

@@ -263,6 +263,7 @@ def test_archive_command(
     assert summary["positions"] == {f"{stream.name}[0]": 30}
     progress = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     assert progress and progress[-1]["caught_up"] and progress[-1]["lag"] == 0
+    assert progress[0]["records"] == 0 and progress[0]["lag"] == 30, "what is left, at once"
     assert "records_per_s" in progress[-1]
     assert [r.offset for r in store.read(stream.name, 0, 0, 100)] == list(range(30))
     run = bolide("archive", "--stream", f"missing-{uuid.uuid4().hex[:8]}", *common)
