@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bolide.facade import BrokerError, EmbeddedBroker
+from bolide.facade import BrokerError, Cluster, EmbeddedBroker
 from bolide.facade.broker import resolve_engine
 from bolide.facade.broker.apache import kafka_unavailable
 from bolide.facade.broker.jars import KAFKA, Artifacts, fetch
@@ -162,3 +162,24 @@ def test_the_broker_command_prints_its_address_and_stops_on_sigterm(tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+@pytest.mark.kafka
+def test_the_embedded_kafka_forms_a_new_group_at_once(
+    bolide_backend: tuple[str, Cluster],
+) -> None:
+    """A development broker does not hold a new group's first join back (Kafka's default
+    ``group.initial.rebalance.delay.ms`` is 3 s), so a first grouped poll returns as soon as
+    the group is formed."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from bolide.facade.kafka import admin_client
+
+    name, cluster = bolide_backend
+    if name != "kafka":
+        pytest.skip("a setting of the embedded Apache Kafka broker")
+    admin = admin_client(cluster)
+    broker_id = next(iter(admin.list_topics(timeout=10).brokers))
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["group.initial.rebalance.delay.ms"].value == "0"
