@@ -458,8 +458,10 @@ class Subscriber(Closing):
 
     @property
     def paused(self) -> frozenset[tuple[str, int]]:
-        """The paused partitions, as ``(stream, partition)`` pairs."""
-        return frozenset((self.topic, p) for p in self._fetcher.paused)
+        """The paused partitions, as ``(stream, partition)`` pairs (read without the lock:
+        the copy of the set is atomic)."""
+        held = frozenset(self._fetcher.paused)
+        return frozenset((self.topic, p) for p in held)
 
     def _held_args(self, partitions: Iterable[int | tuple[str, int]] | None) -> set[int]:
         if partitions is None:

@@ -17,7 +17,7 @@ ran is given back (``Fetcher.give_back``) and its records are returned by the ne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -248,6 +248,28 @@ class AsyncSubscriber:
         """Move an ungrouped subscriber to ``offset`` (``Subscriber.seek``)."""
         self._give_back_held()
         await self._call(lambda sub: sub.seek(offset, partition))
+
+    async def seek_to_time(self, timestamp_ms: int, partition: int | None = None) -> None:
+        """Move an ungrouped subscriber to the first record at or after ``timestamp_ms``
+        (``Subscriber.seek_to_time``)."""
+        self._give_back_held()
+        await self._call(lambda sub: sub.seek_to_time(timestamp_ms, partition))
+
+    async def pause(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
+        """Stop delivering ``partitions`` until ``resume`` (``Subscriber.pause``); what
+        ``async for`` was handing out of them is held back too."""
+        self._give_back_held()
+        await self._call(lambda sub: sub.pause(partitions))
+
+    async def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
+        """Deliver paused ``partitions`` again (``Subscriber.resume``)."""
+        await self._call(lambda sub: sub.resume(partitions))
+
+    @property
+    def paused(self) -> frozenset[tuple[str, int]]:
+        """The paused partitions, as ``(stream, partition)`` pairs."""
+        sub = self._sub
+        return sub.paused if sub is not None else frozenset()
 
     async def confirm(
         self, offset: int | None = None, partition: int | None = None, *, conn: Any = None

@@ -162,6 +162,19 @@ class AioSubscriber:
     def confirm(self, offset: int | None = None, partition: int | None = None) -> None:
         self._loop.run(self.aio.confirm(offset, partition))
 
+    def seek_to_time(self, timestamp_ms: int, partition: int | None = None) -> None:
+        self._loop.run(self.aio.seek_to_time(timestamp_ms, partition))
+
+    def pause(self, partitions: Any = None) -> None:
+        self._loop.run(self.aio.pause(partitions))
+
+    def resume(self, partitions: Any = None) -> None:
+        self._loop.run(self.aio.resume(partitions))
+
+    @property
+    def paused(self) -> frozenset[tuple[str, int]]:
+        return self.aio.paused
+
     def committed(self, timeout_s: float = 10.0) -> dict[int, int | None]:
         return self._loop.run(self.aio.committed(timeout_s))
 

@@ -17,6 +17,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from tests.aio.adapter import Api
 from tests.conftest import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
@@ -37,7 +38,7 @@ def _read(sub: Subscriber, count: int) -> list[Record]:
 
 
 def test_a_paused_partition_delivers_nothing_until_resumed_then_everything_once(
-    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+    api: Api, cluster: Cluster, stream_factory: Callable[..., StreamConfig]
 ) -> None:
     stream = stream_factory(partitions=2)
     first = [b"a%d" % i for i in range(10)]
@@ -46,7 +47,7 @@ def test_a_paused_partition_delivers_nothing_until_resumed_then_everything_once(
     config = SubscriberConfig(
         stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST, max_batch=4
     )
-    with Subscriber(cluster, config) as sub:
+    with api.Subscriber(cluster, config) as sub:
         before = list(sub.poll(10_000))  # some records of either partition may come first
         sub.pause([1])
         assert sub.paused == frozenset({(stream.name, 1)})

@@ -18,6 +18,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from tests.aio.adapter import Api
 from tests.conftest import eventually
 
 # On Tansu too: its time lookup goes through bolide.facade.compat.
@@ -41,7 +42,7 @@ def _read(sub: Subscriber, count: int) -> list[Record]:
 
 
 def test_seek_to_time_replays_from_the_first_record_at_or_after_it(
-    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+    api: Api, cluster: Cluster, stream_factory: Callable[..., StreamConfig]
 ) -> None:
     stream = stream_factory(partitions=2)
     before = _publish(cluster, stream, b"old-", 10)
@@ -50,7 +51,7 @@ def test_seek_to_time_replays_from_the_first_record_at_or_after_it(
     after = _publish(cluster, stream, b"new-", 10)
     assert min(r.timestamp_ms or 0 for r in after) >= when
     config = SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
-    with Subscriber(cluster, config) as sub:
+    with api.Subscriber(cluster, config) as sub:
         assert len(_read(sub, 20)) == 20
         sub.seek_to_time(when)
         assert sorted(r.data for r in _read(sub, 10)) == sorted(r.data for r in after)
