@@ -8,13 +8,13 @@ name), either through JDBC (Spark reads the tables itself, in parallel) or throu
 from __future__ import annotations
 
 import glob
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
 
 from bolide.facade.record import Record, trusted_record
+from bolide.stores.dialects import dialect_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["has_jdbc_driver", "jdbc_jars", "jdbc_options", "load_archive", "records_by_stream"]
 
 _PAGE = 10_000
-#: JDBC driver class per SQLAlchemy backend.
-_DRIVERS = {"postgresql": "org.postgresql.Driver", "sqlite": "org.sqlite.JDBC"}
 #: Where Debian's packages put the drivers (libpostgresql-jdbc-java, libxerial-sqlite-jdbc-java).
 _JAR_GLOBS = ("/usr/share/java/postgresql.jar", "/usr/share/java/sqlite-jdbc.jar")
 _ARCHIVE_SCHEMA = (
@@ -77,33 +75,11 @@ def jdbc_options(url: str) -> dict[str, str]:
     """Spark JDBC options (url, driver, user, password) for a SQLAlchemy URL.
 
     Raises:
-        ValueError: A backend without a JDBC mapping, or an in-memory SQLite database.
+        StoreError: A database the store does not support.
+        ValueError: An in-memory SQLite database.
     """
     parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        if not parsed.database or parsed.database == ":memory:":
-            raise ValueError("an in-memory SQLite store cannot be read through JDBC")
-        return {
-            "url": f"jdbc:sqlite:{os.path.abspath(parsed.database)}",
-            "driver": _DRIVERS[backend],
-        }
-    if backend == "postgresql":
-        host = parsed.host or "localhost"
-        port = f":{parsed.port}" if parsed.port else ""
-        options = {
-            "url": f"jdbc:postgresql://{host}{port}/{parsed.database or ''}",
-            "driver": _DRIVERS[backend],
-        }
-        if parsed.username:
-            options["user"] = parsed.username
-        if parsed.password:
-            options["password"] = str(parsed.password)
-        if "options" in parsed.query:  # e.g. -csearch_path=...: pgjdbc takes the same
-            raw = parsed.query["options"]
-            options["options"] = raw if isinstance(raw, str) else raw[-1]
-        return options
-    raise ValueError(f"no JDBC mapping for {backend!r} stores (sqlite and postgresql have one)")
+    return dialect_of(parsed).jdbc_options(parsed)
 
 
 def has_jdbc_driver(spark: SparkSession, driver: str) -> bool:
@@ -161,7 +137,7 @@ def _via_jdbc(spark: SparkSession, url: str, streams: Sequence[str] | None) -> D
 def _via_store(spark: SparkSession, store: SqlStore, streams: Sequence[str] | None) -> DataFrame:
     import pyarrow as pa
 
-    names = list(streams) if streams is not None else _all_streams(store)
+    names = list(streams) if streams is not None else store.streams()
     columns: dict[str, list[Any]] = {
         c: [] for c in ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
     }
@@ -201,15 +177,6 @@ def _via_store(spark: SparkSession, store: SqlStore, streams: Sequence[str] | No
     return spark.createDataFrame(table, schema=_ARCHIVE_SCHEMA)
 
 
-def _all_streams(store: SqlStore) -> list[str]:
-    import sqlalchemy as sa
-
-    from bolide.stores._schema import RECORDS
-
-    with store.engine.connect() as conn:
-        return sorted(conn.execute(sa.select(RECORDS.c.stream).distinct()).scalars())
-
-
 def load_archive(
     spark: SparkSession,
     store: str | SqlStore,
@@ -239,9 +206,9 @@ def load_archive(
 
 
 def _load(spark: SparkSession, sql: SqlStore, streams: Sequence[str] | None, via: str) -> DataFrame:
-    backend = make_url(sql.engine.url).get_backend_name()
-    driver = _DRIVERS.get(backend)
-    usable = driver is not None and has_jdbc_driver(spark, driver) and sql.engine.url.database
+    backend = sql.dialect
+    driver = sql.sql_dialect.jdbc_driver
+    usable = has_jdbc_driver(spark, driver) and sql.engine.url.database
     if via == "jdbc" and not usable:
         raise ValueError(
             f"no JDBC driver for {backend} on Spark's classpath: add its jar with spark.jars "

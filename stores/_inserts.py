@@ -1,4 +1,5 @@
-"""Idempotent bulk inserts per dialect, on the driver connection under SQLAlchemy's transaction.
+"""Idempotent bulk inserts per database, on the driver connection under SQLAlchemy's
+transaction; ``bolide.stores.dialects`` picks the one of the connection's database.
 
 The archiver's write path: thousands of rows per transaction, duplicates of stored rows
 skipped, the count of new rows exact. SQLAlchemy's per-row parameter processing costs more
@@ -24,12 +25,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-__all__ = ["HeaderRow", "RecordRow", "_insert_ignoring_duplicates", "insert_rows"]
+__all__ = [
+    "PG_INSERT",
+    "SQLITE_RECORDS",
+    "HeaderRow",
+    "RecordRow",
+    "insert_postgresql",
+    "insert_sqlite",
+    "on_driver",
+]
 
 _T = TypeVar("_T")
 #: ``(stream, partition, offset, timestamp_ms, key, payload)``: one ``bolide_records`` row.
@@ -38,27 +45,7 @@ RecordRow = tuple[str, int, int, int | None, bytes | None, bytes | None]
 HeaderRow = tuple[str, int, int, int, str, bytes]
 
 
-def _insert_ignoring_duplicates(dialect: str, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
-    """``INSERT ... ON CONFLICT (keys) DO NOTHING`` for the dialect (sibling tables use it)."""
-    if dialect == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
-    return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
-
-
-def insert_rows(conn: Connection, records: list[RecordRow], headers: list[HeaderRow]) -> int:
-    """Insert ``records`` and their ``headers``, skipping stored records (and their headers).
-
-    Returns:
-        How many records were new.
-    """
-    if not records:
-        return 0
-    if conn.dialect.name == "postgresql":
-        return _driver(conn, _PG_INSERT, lambda raw: _insert_postgresql(raw, records, headers))
-    return _driver(conn, _SQLITE_RECORDS, lambda raw: _insert_sqlite(raw, records, headers))
-
-
-def _driver(conn: Connection, statement: str, fn: Callable[[Any], _T]) -> _T:
+def on_driver(conn: Connection, statement: str, fn: Callable[[Any], _T]) -> _T:
     """Run ``fn`` on the driver connection; raise its errors as SQLAlchemy would."""
     pooled = conn.connection
     dbapi = conn.dialect.loaded_dbapi
@@ -80,7 +67,7 @@ def _driver(conn: Connection, statement: str, fn: Callable[[Any], _T]) -> _T:
 
 # -- SQLite ----------------------------------------------------------------------------------
 
-_SQLITE_RECORDS = (
+SQLITE_RECORDS = (
     "INSERT INTO bolide_records"
     " (stream, kafka_partition, kafka_offset, timestamp_ms, key, payload)"
     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
@@ -93,10 +80,10 @@ _SQLITE_HEADERS = (
 )
 
 
-def _insert_sqlite(raw: Any, records: list[RecordRow], headers: list[HeaderRow]) -> int:
+def insert_sqlite(raw: Any, records: list[RecordRow], headers: list[HeaderRow]) -> int:
     # sqlite3 opens the transaction before the first INSERT; SQLAlchemy commits it.
     before = raw.total_changes
-    raw.executemany(_SQLITE_RECORDS, records)
+    raw.executemany(SQLITE_RECORDS, records)
     inserted = int(raw.total_changes - before)
     if headers:
         raw.executemany(_SQLITE_HEADERS, headers)
@@ -119,7 +106,7 @@ _PG_RECORD_TYPES = ("text", "int4", "int8", "int8", "bytea", "bytea")
 _PG_HEADER_TYPES = ("text", "int4", "int8", "int4", "text", "bytea")
 # One statement: the records that are new, then the headers of exactly those records (a new
 # record has no stored headers, so they need no conflict clause), then the count of new records.
-_PG_INSERT = (
+PG_INSERT = (
     "WITH new AS ("
     " INSERT INTO bolide_records"
     " (stream, kafka_partition, kafka_offset, timestamp_ms, key, payload)"
@@ -146,7 +133,7 @@ _PG_DIRECT_HEADERS = (
 )
 
 
-def _insert_postgresql(raw: Any, records: list[RecordRow], headers: list[HeaderRow]) -> int:
+def insert_postgresql(raw: Any, records: list[RecordRow], headers: list[HeaderRow]) -> int:
     with raw.cursor() as cursor:
         cursor.execute("SAVEPOINT bolide_copy")
         try:
@@ -165,7 +152,7 @@ def _insert_postgresql(raw: Any, records: list[RecordRow], headers: list[HeaderR
         _copy(cursor, _PG_COPY_RECORDS, _PG_RECORD_TYPES, records)
         if headers:
             _copy(cursor, _PG_COPY_HEADERS, _PG_HEADER_TYPES, headers)
-        cursor.execute(_PG_INSERT)
+        cursor.execute(PG_INSERT)
         found = cursor.fetchone()
         return int(found[0]) if found else 0
 

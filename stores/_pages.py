@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._inserts import _driver
+from bolide.stores._inserts import on_driver
 
 __all__ = ["ESCAPED_NAME_MARK", "header_name", "read_page", "stored_name"]
 
@@ -104,4 +104,4 @@ def read_page(
             for off, ts, key, payload in rows
         ]
 
-    return _driver(conn, records_sql, fetch)
+    return on_driver(conn, records_sql, fetch)

@@ -24,8 +24,8 @@ from sqlalchemy.exc import DBAPIError
 from bolide.facade.errors import NotAssignedError
 from bolide.facade.ports import Closing, now_ms
 from bolide.facade.validate import check_int
-from bolide.stores._inserts import _insert_ignoring_duplicates
 from bolide.stores._positions_schema import POSITIONS
+from bolide.stores.dialects import dialect_of
 from bolide.stores.store import SqlStore
 
 __all__ = ["SqlPositions"]
@@ -182,7 +182,7 @@ def _claim(conn: Connection, group: str, stream: str, partition: int, owner: str
     c = POSITIONS.c
     row = {"group_id": group, "stream": stream, "kafka_partition": partition}
     keys = [c.group_id, c.stream, c.kafka_partition]
-    insert = _insert_ignoring_duplicates(conn.dialect.name, POSITIONS, keys)
+    insert = dialect_of(conn).insert_ignoring(POSITIONS, keys)
     conn.execute(insert.values(**row, next_offset=-1, updated_ms=now_ms(), owner=owner))
     where = (c.group_id == group, c.stream == stream, c.kafka_partition == partition)
     conn.execute(POSITIONS.update().where(*where).values(owner=owner))

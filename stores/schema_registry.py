@@ -25,7 +25,8 @@ from bolide.facade.avro.registry import (
 )
 from bolide.facade.errors import SchemaNotFoundError
 from bolide.stores._registry_schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
-from bolide.stores.store import SqlStore, _insert_ignoring_duplicates
+from bolide.stores.dialects import dialect_of
+from bolide.stores.store import SqlStore
 
 __all__ = ["SqlSchemaRegistry"]
 
@@ -105,9 +106,8 @@ class SqlSchemaRegistry:
         level = self._level(conn, subject)
         check_compatible(subject, level, text, [row.schema for row in versions])
         if known is None:
-            dialect = conn.dialect.name
             conn.execute(
-                _insert_ignoring_duplicates(dialect, SCHEMAS, [s.fingerprint]),
+                dialect_of(conn).insert_ignoring(SCHEMAS, [s.fingerprint]),
                 {"fingerprint": fingerprint, "schema": text},
             )
             known = conn.execute(
@@ -185,8 +185,8 @@ class SqlSchemaRegistry:
                 )
                 if not updated.rowcount:
                     conn.execute(
-                        _insert_ignoring_duplicates(
-                            conn.dialect.name, SCHEMA_SUBJECTS, [SCHEMA_SUBJECTS.c.subject]
+                        dialect_of(conn).insert_ignoring(
+                            SCHEMA_SUBJECTS, [SCHEMA_SUBJECTS.c.subject]
                         ),
                         {"subject": subject, "compatibility": checked.value},
                     )

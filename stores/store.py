@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event, exc
+from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.pool import StaticPool
 
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
 from bolide.facade.ports import Closing
@@ -24,18 +23,15 @@ from bolide.facade.record import Record
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.facade.validate import check_int
 from bolide.stores import _migrate
-
-# Re-exported (``as``): sibling modules import _insert_ignoring_duplicates from here.
-from bolide.stores._inserts import HeaderRow, RecordRow, insert_rows
-from bolide.stores._inserts import _insert_ignoring_duplicates as _insert_ignoring_duplicates
+from bolide.stores._inserts import HeaderRow, RecordRow
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
 from bolide.stores._schema import RECORDS
+from bolide.stores.dialects import DIALECTS, SqlDialect, dialect_of
 
 __all__ = ["SqlStore"]
 
 _T = TypeVar("_T")
-_DIALECTS = ("sqlite", "postgresql")
 _MAX_STREAM = 255
 
 
@@ -83,7 +79,12 @@ class SqlStore(Closing):
     @property
     def dialect(self) -> str:
         """``"sqlite"`` or ``"postgresql"``."""
-        return self._url.get_backend_name()
+        return self.sql_dialect.name
+
+    @property
+    def sql_dialect(self) -> SqlDialect:
+        """What differs on this store's database (``bolide.stores.dialects``)."""
+        return dialect_of(self._url)
 
     def scrub(self, text: str) -> str:
         """Return ``text`` with this store's database password masked and URLs redacted."""
@@ -189,7 +190,7 @@ class SqlStore(Closing):
 
         def write() -> int:
             with self.engine.begin() as conn:
-                inserted = insert_rows(conn, records, headers)
+                inserted = self.sql_dialect.insert_rows(conn, records, headers)
                 if also is not None:
                     also(conn)
                 return inserted
@@ -340,7 +341,7 @@ def _parse_url(url: str | URL) -> URL:
     except exc.ArgumentError:
         raise ValueError("url is not a database URL (e.g. sqlite:///bolide.db)") from None
     backend = parsed.get_backend_name()
-    if backend not in _DIALECTS:
+    if backend not in DIALECTS:
         raise ValueError(
             f"url: database {backend!r} is not supported; use sqlite:///FILE or "
             "postgresql+psycopg://USER@HOST/DB"
@@ -357,15 +358,9 @@ def _parse_url(url: str | URL) -> URL:
 
 
 def _create_engine(url: URL, busy_timeout_ms: int, scrub: Any) -> Engine:
-    kwargs: dict[str, Any] = {}
-    memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-    if memory:
-        # One shared connection: every user of the store sees the same in-memory database.
-        kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
-    elif url.get_backend_name() == "postgresql":
-        kwargs["pool_pre_ping"] = True
+    dialect = dialect_of(url)
     try:
-        engine = sa.create_engine(url, **kwargs)
+        engine = sa.create_engine(url, **dialect.engine_options(url))
     except ModuleNotFoundError as error:
         raise StoreError(
             f"the driver for {url.drivername} is not installed ({error.name}): "
@@ -373,18 +368,7 @@ def _create_engine(url: URL, busy_timeout_ms: int, scrub: Any) -> Engine:
         ) from None
     except exc.ArgumentError as error:
         raise ValueError(f"url: {scrub(str(error))}") from None
-    if url.get_backend_name() == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            if not memory:
-                # WAL: readers (subscribers splicing history) never block the archiver's writes.
-                cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
+    dialect.prepare(engine, url, busy_timeout_ms=busy_timeout_ms)
     return engine
 
 

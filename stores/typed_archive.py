@@ -54,7 +54,8 @@ from sqlalchemy.engine import Connection
 from bolide.facade.errors import SerializationError, StoreError
 from bolide.facade.ports import TypedSerde
 from bolide.facade.record import Record
-from bolide.stores.store import _describe, _insert_ignoring_duplicates, _retriable
+from bolide.stores.dialects import dialect_of
+from bolide.stores.store import _describe, _retriable
 
 __all__ = [
     "TYPED_TABLE_PREFIX",
@@ -73,7 +74,6 @@ _KEYS = ("kafka_partition", "kafka_offset")
 _RESERVED = frozenset({*_KEYS, "timestamp_ms", "schema_id"})
 _MAX_IDENT = 63  # PostgreSQL's limit, in bytes
 _UNSAFE = re.compile(r"[^a-z0-9_]")
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 #: ``fn(records, error)``: the database refused the typed rows of ``records`` (the raw archive
 #: keeps them); ``error`` is a non-retriable ``StoreError`` that says why.
@@ -87,17 +87,6 @@ def _ident(name: str) -> str:
         return name
     head = raw[: _MAX_IDENT - 9].decode(errors="ignore")
     return f"{head}_{hashlib.sha1(raw).hexdigest()[:8]}"
-
-
-def _folder(dialect: str) -> Callable[[str], str]:
-    """How the database tells column names apart.
-
-    SQLite ignores ASCII case. PostgreSQL compares exactly what SQLAlchemy sends: names with
-    upper case are quoted, lower-case ones fold to themselves (and ``_ident`` keeps them short).
-    """
-    if dialect == "sqlite":
-        return lambda name: name.translate(_ASCII_LOWER)
-    return lambda name: name
 
 
 def typed_table_name(stream: str) -> str:
@@ -320,10 +309,8 @@ def _ensure_table(
     columns, added, create = _plan_columns(conn, table, wanted)
     if not (added or create):
         return columns
-    if conn.dialect.name == "postgresql":
-        # Two archivers widening one table at once: the second waits here for the first
-        # transaction, then plans again against the committed catalog (no "already exists").
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": table})
+    if dialect_of(conn).lock_for_ddl(conn, table):
+        # Another archiver may have widened the table meanwhile: plan again.
         columns, added, create = _plan_columns(conn, table, wanted)
     if create:
         _key_table(table).create(conn)
@@ -338,7 +325,7 @@ def _plan_columns(
     conn: Connection, table: str, wanted: set[tuple[str, str]]
 ) -> tuple[dict[tuple[str, str], str], list[sa.Column[Any]], bool]:
     """The column of each wanted pair, the columns to add, and whether to create the table."""
-    fold = _folder(conn.dialect.name)
+    fold = dialect_of(conn).fold
     inspector = sa.inspect(conn)
     create = not inspector.has_table(table)
     if create:
@@ -453,7 +440,7 @@ def write_typed(
 
     table_name = typed_table_name(stream)
     pairs = {(f.name, f.kind) for _, _, fields in rows.values() for f in fields}
-    _begin_sqlite(connection)
+    dialect_of(connection).begin(connection)  # savepoints nest inside it
     try:
         with connection.begin_nested():
             columns = _ensure_table(connection, table_name, pairs)
@@ -481,9 +468,11 @@ def write_typed(
             out[columns[(f.name, f.kind)]] = _value(_pick(value, f.path), f.kind)
         items.append((rec, out))
     table = _key_table(table_name, *(sa.Column(c, t) for c, t in sorted(types.items())))
-    insert = _insert_ignoring_duplicates(
-        connection.dialect.name, table, [table.c.kafka_partition, table.c.kafka_offset]
-    ).returning(table.c.kafka_offset)
+    insert = (
+        dialect_of(connection)
+        .insert_ignoring(table, [table.c.kafka_partition, table.c.kafka_offset])
+        .returning(table.c.kafka_offset)
+    )
 
     def refused(rec: Record, error: exc.SQLAlchemyError) -> None:
         reject(
@@ -523,17 +512,3 @@ def _insert_isolating(
     return _insert_isolating(conn, insert, items[:half], refused) + _insert_isolating(
         conn, insert, items[half:], refused
     )
-
-
-def _begin_sqlite(conn: Connection) -> None:
-    """Open the SQLite transaction now, so that savepoints nest inside it.
-
-    The sqlite3 driver begins a transaction only before its first insert, update or delete;
-    a savepoint taken before then would itself be the outermost transaction, and releasing it
-    would commit.
-    """
-    if conn.dialect.name != "sqlite":
-        return
-    dbapi = conn.connection.dbapi_connection
-    if dbapi is not None and not getattr(dbapi, "in_transaction", True):
-        conn.exec_driver_sql("BEGIN")

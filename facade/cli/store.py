@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import time
-from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -28,6 +26,7 @@ from bolide.facade.cli.common import (
 from bolide.facade.config import StreamConfig
 from bolide.facade.errors import StoreError
 from bolide.stores.archiver import Archiver, ArchiverStats
+from bolide.stores.dialects import dialect_of
 from bolide.stores.store import SqlStore
 
 __all__ = ["register"]
@@ -218,21 +217,20 @@ def _sql(args: argparse.Namespace) -> int:
             args.parser.error(str(error))
         params[name] = value
     db = _db_url(args)
-    url = sa.make_url(db) if "://" in db else None
-    if url is not None and url.get_backend_name() == "sqlite":
-        path = url.database
-        if path not in (None, "", ":memory:") and not Path(str(path)).exists():
-            raise StoreError(f"no database file at {path}")
+    if "://" in db:  # else the store's own check names the problem
+        url = sa.make_url(db)
+        dialect_of(url).check_exists(url)  # reading never creates a database
     with _store(args, check_schema=False) as store:
-        count = statement_count(args.query, store.dialect)
-        if count != 1:
-            args.parser.error(f"the query must be one statement; it holds {count}")
+        dialect = store.sql_dialect
         started = time.monotonic()
         try:
             with store.engine.connect() as conn:
                 try:
+                    # The database refuses what must not run: several statements, and any
+                    # change unless --write.
+                    dialect.one_statement(conn)
                     if not args.write:
-                        _read_only(conn, store.dialect)
+                        dialect.read_only(conn)
                     result = conn.execute(sa.text(args.query), params)
                     columns = list(result.keys()) if result.returns_rows else []
                     rows = [tuple(r) for r in result] if result.returns_rows else []
@@ -244,8 +242,12 @@ def _sql(args: argparse.Namespace) -> int:
                         conn.invalidate()  # a read-only session never goes back to the pool
         except exc.SQLAlchemyError as error:
             detail = error.orig if isinstance(error, exc.DBAPIError) else error
+            if dialect.refused_several(detail):
+                args.parser.error("the query must be one statement")
             hint = (
-                "; bolide sql reads only, pass --write to change data" if _refused(detail) else ""
+                "; bolide sql reads only, pass --write to change data"
+                if dialect.refused_change(detail)
+                else ""
             )
             raise StoreError(f"query failed: {store.scrub(str(detail)).strip()}{hint}") from None
         elapsed = time.monotonic() - started
@@ -261,105 +263,6 @@ def _sql(args: argparse.Namespace) -> int:
     else:
         print("statement ran, read-only", file=sys.stderr)
     return 0
-
-
-def _read_only(conn: sa.Connection, dialect: str) -> None:
-    """Make ``conn`` refuse every change, whatever the statement does to its transaction."""
-    if dialect == "sqlite":
-        conn.exec_driver_sql("PRAGMA query_only = ON")
-        return
-    conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-    # A COMMIT inside the statement would end that transaction: the next ones are read-only too.
-    conn.exec_driver_sql("SET SESSION default_transaction_read_only = on")
-    # A prepared statement holds one command, so the server itself refuses "...; COMMIT; ...".
-    cast(Any, conn.connection.dbapi_connection).prepare_threshold = 0
-
-
-def _refused(detail: object) -> bool:
-    """Whether the database refused a change on a read-only connection."""
-    sqlite_code = getattr(detail, "sqlite_errorcode", None)
-    readonly_sqlite = isinstance(sqlite_code, int) and sqlite_code & 0xFF == 8  # SQLITE_READONLY
-    return (
-        readonly_sqlite or getattr(detail, "sqlstate", None) == "25006"
-    )  # read_only_sql_transaction
-
-
-_DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
-
-
-def statement_count(query: str, dialect: str) -> int:
-    """How many statements ``query`` holds: its ``;`` outside literals, identifiers and comments.
-
-    Follows the lexical rules of ``dialect`` (``"postgresql"``: ``E'\\''`` escapes, nested
-    ``/* */``, ``$tag$`` quotes; ``"sqlite"``: ``[name]`` and backquoted names). A quote or
-    comment left open runs to the end, as the database reads it.
-    """
-    pg = dialect == "postgresql"
-    count, inside, i, end = 0, False, 0, len(query)
-    while i < end:
-        char, pair = query[i], query[i : i + 2]
-        if char == ";":
-            inside, i = False, i + 1
-        elif char.isspace():
-            i += 1
-        elif pair == "--":
-            newline = query.find("\n", i)
-            i = end if newline < 0 else newline + 1
-        elif pair == "/*":
-            i = _comment_end(query, i, nested=pg)
-        else:
-            count += 0 if inside else 1
-            inside = True
-            if char in "'\"" or (not pg and char in "`["):
-                # E'...' (not the end of a name such as namE'...') takes backslash escapes.
-                prefix = query[max(i - 2, 0) : i]
-                escapes = (
-                    pg and char == "'" and prefix[-1:] in ("e", "E") and not _word(prefix[:-1])
-                )
-                i = _quote_end(query, i, "]" if char == "[" else char, escapes=escapes)
-            elif pg and char == "$" and not _word(query[i - 1 : i]):
-                tag = _DOLLAR_QUOTE.match(query, i)
-                close = query.find(tag.group(), tag.end()) if tag else -1
-                i = i + 1 if tag is None else end if close < 0 else close + len(tag.group())
-            else:
-                i += 1
-    return count
-
-
-def _word(char: str) -> bool:
-    return char.isalnum() or char in ("_", "$")
-
-
-def _quote_end(query: str, start: int, close: str, *, escapes: bool) -> int:
-    """The index after the quote opened at ``start`` (a doubled ``close`` stays inside)."""
-    i = start + 1
-    while i < len(query):
-        if escapes and query[i] == "\\":
-            i += 2
-        elif query[i] == close:
-            if close != "]" and query[i + 1 : i + 2] == close:
-                i += 2
-            else:
-                return i + 1
-        else:
-            i += 1
-    return len(query)
-
-
-def _comment_end(query: str, start: int, *, nested: bool) -> int:
-    """The index after the ``/* */`` comment opened at ``start``."""
-    depth, i = 1, start + 2
-    while i < len(query):
-        pair = query[i : i + 2]
-        if pair == "*/":
-            depth, i = depth - 1, i + 2
-            if depth == 0:
-                return i
-        elif nested and pair == "/*":
-            depth, i = depth + 1, i + 2
-        else:
-            i += 1
-    return len(query)
 
 
 def _param(item: str) -> tuple[str, Any]:

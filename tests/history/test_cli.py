@@ -12,7 +12,6 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import Cluster, Record, StreamConfig
-from bolide.facade.cli.store import statement_count
 from bolide.stores import SqlStore
 from tests.history.test_archiver import FAST_GROUP, publish
 
@@ -188,29 +187,6 @@ def test_sql_semicolons_in_literals_and_comments_are_one_statement(
     run = bolide("sql", query, "--db", db_url, "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [{"a": ";", "b": "it's; fine"}]
-
-
-@pytest.mark.parametrize(
-    ("query", "dialect", "count"),
-    [
-        ("SELECT 1", "sqlite", 1),
-        ("SELECT 1;  -- done", "postgresql", 1),
-        ("  ;; ", "sqlite", 0),
-        ("SELECT 1; SELECT 2", "sqlite", 2),
-        ('SELECT \'a;b\', "c;""d" FROM t', "postgresql", 1),
-        ("SELECT [x;y], `z;` FROM t", "sqlite", 1),
-        ("SELECT $$;$$, $tag$ $$; $tag$", "postgresql", 1),
-        ("SELECT $1; DROP TABLE t", "postgresql", 2),
-        ("SELECT E'\\'; DROP TABLE t; --'", "postgresql", 1),
-        ("SELECT namE'\\'; DROP TABLE t; --'", "postgresql", 2),
-        ("SELECT '\\'; DROP TABLE t; --'", "postgresql", 2),
-        ("SELECT /* /* ; */ ; */ 1", "postgresql", 1),
-        ("SELECT /* /* */ 1; DROP TABLE t", "sqlite", 2),
-        ("SELECT 1 -- ;\n; DROP TABLE t", "sqlite", 2),
-    ],
-)
-def test_statement_count(query: str, dialect: str, count: int) -> None:
-    assert statement_count(query, dialect) == count
 
 
 def test_sql_write_commits(store: SqlStore, db_url: str) -> None:

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from bolide.facade import HistoryStore, Record, StoreError
 from bolide.stores import SqlStore
+from bolide.stores.dialects import dialect_of
 
 
 def rec(offset: int, partition: int = 0, **kwargs: object) -> Record:
@@ -231,3 +232,14 @@ def test_sqlite_uses_wal(tmp_path: object) -> None:
     with SqlStore(f"sqlite:///{tmp_path}/w.db") as s, s.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) == 5_000
+
+
+def test_unsupported_database_is_refused_with_a_typed_error() -> None:
+    with pytest.raises(StoreError, match="'mysql' is not supported"):
+        dialect_of("mysql+pymysql://u@h/db")
+    with pytest.raises(ValueError, match="'mysql' is not supported"):
+        SqlStore("mysql+pymysql://u@h/db")  # a bad argument, before any connection
+    assert dialect_of("sqlite:///x.db").name == "sqlite"
+    assert dialect_of("postgresql+psycopg://u@h/db").jdbc_options(
+        sa.make_url("postgresql+psycopg://u@h:5433/db")
+    ) == {"url": "jdbc:postgresql://h:5433/db", "driver": "org.postgresql.Driver", "user": "u"}

@@ -1,0 +1,255 @@
+"""What differs between the databases the history store supports: one object per database.
+
+Everything that depends on the database (its insert-or-ignore, its bulk path, how it names
+columns, its locks, its read-only mode, its JDBC URL for Spark) is a method of ``SQLite`` or
+``PostgreSQL``; the rest of ``bolide.stores`` (and the command line and Spark above it) asks
+``dialect_of(...)`` and never compares database names. Any other database is refused at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.pool import StaticPool
+
+from bolide.facade.errors import StoreError
+from bolide.stores import _inserts
+from bolide.stores._inserts import HeaderRow, RecordRow
+
+__all__ = ["PostgreSQL", "SQLite", "SqlDialect", "dialect_of"]
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+class SqlDialect:
+    """The operations whose SQL differs per database (subclasses: ``SQLite``, ``PostgreSQL``)."""
+
+    #: SQLAlchemy's backend name.
+    name: str
+    #: The JDBC driver class Spark loads to read the store.
+    jdbc_driver: str
+
+    def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
+        """``INSERT ... ON CONFLICT (keys) DO NOTHING``: stored rows are skipped, not errors."""
+        raise NotImplementedError
+
+    def insert_rows(
+        self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
+    ) -> int:
+        """The archiver's bulk path: insert ``records`` and their ``headers`` in the caller's
+        transaction, skipping stored records; returns how many were new."""
+        raise NotImplementedError
+
+    def engine_options(self, url: URL) -> dict[str, Any]:
+        """``create_engine`` options for ``url``."""
+        return {}
+
+    def prepare(self, engine: Engine, url: URL, *, busy_timeout_ms: int) -> None:
+        """Settings every new connection of ``engine`` gets."""
+
+    def fold(self, column: str) -> str:
+        """How the database tells column names apart: equal folds name one column."""
+        return column
+
+    def lock_for_ddl(self, conn: Connection, table: str) -> bool:
+        """Serialize schema changes of ``table`` with other writers until the transaction
+        ends; True when it waited for a lock, so what was read of the catalog is stale."""
+        return False
+
+    def begin(self, conn: Connection) -> None:
+        """Open the transaction now, so that savepoints nest inside it."""
+
+    def check_exists(self, url: URL) -> None:
+        """Raise ``StoreError`` when the database at ``url`` is known not to exist (a missing
+        SQLite file), rather than creating it."""
+
+    def one_statement(self, conn: Connection) -> None:
+        """Make ``conn`` refuse a query of several statements (``sqlite3`` always does)."""
+
+    def read_only(self, conn: Connection) -> None:
+        """Make ``conn`` refuse every change, whatever the statement does to its transaction,
+        and refuse a query of several statements."""
+        raise NotImplementedError
+
+    def refused_change(self, error: object) -> bool:
+        """Whether ``error`` (a driver error) is the refusal of a change on a read-only
+        connection."""
+        raise NotImplementedError
+
+    def refused_several(self, error: object) -> bool:
+        """Whether ``error`` (a driver error) is the refusal of several statements in one."""
+        raise NotImplementedError
+
+    def jdbc_options(self, url: URL) -> dict[str, str]:
+        """Spark JDBC options (url, driver, user, password) for the store at ``url``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class SQLite(SqlDialect):
+    """SQLite, through Python's ``sqlite3``."""
+
+    name = "sqlite"
+    jdbc_driver = "org.sqlite.JDBC"
+
+    def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
+
+    def insert_rows(
+        self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
+    ) -> int:
+        if not records:
+            return 0
+        return _inserts.on_driver(
+            conn, _inserts.SQLITE_RECORDS, lambda raw: _inserts.insert_sqlite(raw, records, headers)
+        )
+
+    @staticmethod
+    def _memory(url: URL) -> bool:
+        return url.database in (None, "", ":memory:")
+
+    def engine_options(self, url: URL) -> dict[str, Any]:
+        if self._memory(url):
+            # One shared connection: every user of the store sees the same in-memory database.
+            return {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        return {}
+
+    def prepare(self, engine: Engine, url: URL, *, busy_timeout_ms: int) -> None:
+        memory = self._memory(url)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            if not memory:
+                # WAL: readers (subscribers splicing history) never block the archiver's writes.
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+    def check_exists(self, url: URL) -> None:
+        if not self._memory(url) and not os.path.exists(str(url.database)):
+            raise StoreError(f"no database file at {url.database}")
+
+    def fold(self, column: str) -> str:
+        return column.translate(_ASCII_LOWER)  # SQLite ignores ASCII case in names
+
+    def begin(self, conn: Connection) -> None:
+        # sqlite3 begins a transaction only before its first change; a savepoint taken before
+        # then would itself be the outermost transaction, and releasing it would commit.
+        dbapi = conn.connection.dbapi_connection
+        if dbapi is not None and not getattr(dbapi, "in_transaction", True):
+            conn.exec_driver_sql("BEGIN")
+
+    def read_only(self, conn: Connection) -> None:
+        # sqlite3 runs one statement per execute; query_only refuses every change.
+        conn.exec_driver_sql("PRAGMA query_only = ON")
+
+    def refused_change(self, error: object) -> bool:
+        code = getattr(error, "sqlite_errorcode", None)
+        return isinstance(code, int) and code & 0xFF == 8  # SQLITE_READONLY
+
+    def refused_several(self, error: object) -> bool:
+        return isinstance(error, sqlite3.ProgrammingError) and "one statement" in str(error)
+
+    def jdbc_options(self, url: URL) -> dict[str, str]:
+        if self._memory(url):
+            raise ValueError("an in-memory SQLite store cannot be read through JDBC")
+        path = os.path.abspath(str(url.database))
+        return {"url": f"jdbc:sqlite:{path}", "driver": self.jdbc_driver}
+
+
+class PostgreSQL(SqlDialect):
+    """PostgreSQL, through psycopg 3."""
+
+    name = "postgresql"
+    jdbc_driver = "org.postgresql.Driver"
+
+    def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
+
+    def insert_rows(
+        self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
+    ) -> int:
+        if not records:
+            return 0
+        return _inserts.on_driver(
+            conn, _inserts.PG_INSERT, lambda raw: _inserts.insert_postgresql(raw, records, headers)
+        )
+
+    def engine_options(self, url: URL) -> dict[str, Any]:
+        return {"pool_pre_ping": True}
+
+    def lock_for_ddl(self, conn: Connection, table: str) -> bool:
+        # Two archivers widening one table at once: the second waits here for the first
+        # transaction, then plans again against the committed catalog (no "already exists").
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": table})
+        return True
+
+    def read_only(self, conn: Connection) -> None:
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        # A COMMIT inside the statement would end that transaction: the next ones are read-only.
+        conn.exec_driver_sql("SET SESSION default_transaction_read_only = on")
+        # The server refuses "...; COMMIT; ..." as several statements.
+        self.one_statement(conn)
+
+    def one_statement(self, conn: Connection) -> None:
+        # Every query prepared: a prepared statement holds one command.
+        driver: Any = conn.connection.dbapi_connection
+        driver.prepare_threshold = 0
+
+    def refused_change(self, error: object) -> bool:
+        return getattr(error, "sqlstate", None) == "25006"  # read_only_sql_transaction
+
+    def refused_several(self, error: object) -> bool:
+        return getattr(error, "sqlstate", None) == "42601" and "multiple commands" in str(error)
+
+    def jdbc_options(self, url: URL) -> dict[str, str]:
+        host = url.host or "localhost"
+        port = f":{url.port}" if url.port else ""
+        options = {
+            "url": f"jdbc:postgresql://{host}{port}/{url.database or ''}",
+            "driver": self.jdbc_driver,
+        }
+        if url.username:
+            options["user"] = url.username
+        if url.password:
+            options["password"] = str(url.password)
+        if "options" in url.query:  # e.g. -csearch_path=...: pgjdbc takes the same
+            raw = url.query["options"]
+            options["options"] = raw if isinstance(raw, str) else raw[-1]
+        return options
+
+
+DIALECTS: dict[str, SqlDialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
+
+
+def dialect_of(where: str | URL | Connection | Engine) -> SqlDialect:
+    """The dialect of a backend name, a URL, a connection or an engine.
+
+    Raises:
+        StoreError: A database the store does not support.
+    """
+    if isinstance(where, Connection | Engine):
+        name = where.dialect.name
+    elif isinstance(where, URL):
+        name = where.get_backend_name()
+    elif "://" in where:
+        name = sa.make_url(where).get_backend_name()
+    else:
+        name = where
+    found = DIALECTS.get(name)
+    if found is None:
+        raise StoreError(
+            f"database {name!r} is not supported; use sqlite:///FILE or "
+            "postgresql+psycopg://USER@HOST/DB"
+        )
+    return found
