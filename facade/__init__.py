@@ -20,6 +20,7 @@ from bolide.facade.config import (
     StreamConfig,
     SubscriberConfig,
 )
+from bolide.facade.deadletter import Reason
 from bolide.facade.errors import (
     BolideError,
     BrokerError,
@@ -47,7 +48,7 @@ from bolide.facade.publisher import PublishCallback, Publisher
 from bolide.facade.receiver import Receiver, ReceiverMetrics, ReceiverOptions, Retry
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
-from bolide.facade.resequencer.sequence import Reason, sequence_headers
+from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.facade.subscriber import Subscriber
 
 __all__ = [

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from bolide.facade.deadletter import Reason
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import (
     NUMBER_HEADER,
     SEQUENCE_GROUP_HEADER,
     SIZE_HEADER,
     Invalid,
-    Reason,
     parse_sequence,
 )
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bolide.facade.compat import stale_watermarks
 from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
+from bolide.facade.deadletter import letter
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import ensure_topic
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER
 from bolide.spark._archive import load_archive, records_by_stream
 from bolide.spark._reader import cluster_source_options
 from bolide.spark._resequence import resequenced
@@ -297,12 +297,8 @@ def _publish_rows(
                 row["detail"],
             )
             continue
-        headers = [h for h in headers if h[0] not in (REASON_HEADER, DETAIL_HEADER)]
-        headers += [
-            (REASON_HEADER, row["reason"].encode()),
-            (DETAIL_HEADER, row["detail"].encode()),
-        ]
-        dead.publish_async(Record(row["value"] or b"", key=row["key"], headers=headers))
+        record = Record(row["value"] or b"", key=row["key"], headers=headers)
+        dead.publish_async(letter(record, row["reason"], row["detail"]))
     return published, dead_letters
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
+from bolide.facade.deadletter import Reason, letter
 from bolide.facade.errors import SerializationError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 
 __all__ = ["Decoder"]
 
@@ -60,13 +60,8 @@ class Decoder:
         if self._publisher is None:
             assert self._dead_letter is not None
             self._publisher = Publisher(self._cluster, PublisherConfig(stream=self._dead_letter))
-        headers = [
-            *record.headers,
-            (REASON_HEADER, b"undecodable"),
-            (DETAIL_HEADER, str(exc).encode()),
-            (SOURCE_HEADER, f"{self._topic}/{record.partition}/{record.offset}".encode()),
-        ]
-        self._publisher.publish(Record(record.data, key=record.key, headers=headers))
+        source = f"{self._topic}/{record.partition}/{record.offset}"
+        self._publisher.publish(letter(record, Reason.UNDECODABLE, str(exc), source))
 
     def close(self) -> None:
         """Close the dead letter publisher, if one was made."""

@@ -7,7 +7,8 @@ one, so with tens of thousands in flight the collector, not Kafka, sets the publ
 resolves without it when nobody has asked.
 
 It relies on the attributes ``concurrent.futures.Future`` has kept since Python 3.2
-(``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``).
+(``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``);
+the state names are read off futures driven through the public API.
 Creating the condition and resolving without it exclude each other (one small lock), so a
 waiter either finds the future finished or is woken by ``Future.set_result`` as usual.
 """
@@ -17,11 +18,26 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
-from typing import cast
+from typing import Any, cast
 
 __all__ = ["DeliveryFuture"]
 
+
+def _states() -> tuple[str, str, str, str]:
+    """Future's state names (running, finished, cancelled, cancelled and notified), read off
+    futures driven through the public API rather than imported from its private module."""
+    done: Any = Future()
+    done.set_running_or_notify_cancel()
+    running = done._state
+    done.set_result(None)
+    cancelled: Any = Future()
+    cancelled.cancel()
+    cancelled_state = cancelled._state
+    cancelled.set_running_or_notify_cancel()
+    return running, done._state, cancelled_state, cancelled._state
+
+
+RUNNING, FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED = _states()
 _CANCELLED = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED})
 _OVER = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 

@@ -21,13 +21,9 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import (
     Meter,
     MeterProvider,
-    NoOpMeterProvider,
 )
-from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import (
     Link,
-    NoOpTracerProvider,
-    ProxyTracerProvider,
     SpanKind,
     Status,
     StatusCode,
@@ -64,8 +60,15 @@ log = logging.getLogger("bolide.telemetry")
 #: Seconds between looks at the global providers while none records.
 _RECHECK_S = 1.0
 
-#: Providers that record nothing: the API's placeholders until the application sets its own.
-_PLACEHOLDERS = (ProxyTracerProvider, NoOpTracerProvider, _ProxyMeterProvider, NoOpMeterProvider)
+#: The API packages, whose providers record nothing (their no-op and proxy placeholders, until
+#: the application sets an SDK's or its own).
+_API_PACKAGES = ("opentelemetry.trace", "opentelemetry.metrics")
+
+
+def _placeholder(provider: object) -> bool:
+    """Whether ``provider`` is one of the API's own providers, which record nothing."""
+    module = type(provider).__module__
+    return any(module == p or module.startswith(p + ".") for p in _API_PACKAGES)
 
 
 def _version() -> str:
@@ -198,9 +201,7 @@ class Instrumentation:
         tracing, metering = self._providers
         tracing = tracing if tracing is not None else trace.get_tracer_provider()
         metering = metering if metering is not None else metrics.get_meter_provider()
-        self._live = not (
-            isinstance(tracing, _PLACEHOLDERS) and isinstance(metering, _PLACEHOLDERS)
-        )
+        self._live = not (_placeholder(tracing) and _placeholder(metering))
         return self._live
 
     # -- what the gauges watch -----------------------------------------------------------------

@@ -24,10 +24,9 @@ from typing import Any, cast
 
 from bolide.facade._internal.lanes import Board, Item
 from bolide.facade._internal.positions import Report
+from bolide.facade.deadletter import Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, DeadLetterTarget, RecordHandler, Retry
-from bolide.facade.resequencer.sequence import SOURCE_HEADER, Reason
-from bolide.facade.resequencer.state import letter
 
 __all__ = ["Runner"]
 
@@ -133,9 +132,8 @@ class Runner:
             return None
         if isinstance(target, Publisher):
             detail = f"{type(error).__name__}: {error} (after {attempts} attempts)"
-            dead = letter(record, Reason.FAILED, detail)
             source = f"{self._topic}/{record.partition}/{record.offset}"
-            dead.headers.append((SOURCE_HEADER, source.encode()))
+            dead = letter(record, Reason.FAILED, detail, source)
             try:
                 target.publish_async(dead, callback=lambda _, exc: self._letter_done(item, exc))
             except Exception as exc:

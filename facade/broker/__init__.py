@@ -22,7 +22,14 @@ from bolide.facade.broker.tansu import FETCH_GAP_SETTLE_MS, TansuEngine
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
 
-__all__ = ["ENGINES", "FETCH_GAP_SETTLE_MS", "EmbeddedBroker", "EngineName", "resolve_engine"]
+__all__ = [
+    "ENGINES",
+    "FETCH_GAP_SETTLE_MS",
+    "EmbeddedBroker",
+    "EngineName",
+    "port_taken",
+    "resolve_engine",
+]
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from bolide.facade.broker import EmbeddedBroker
-from bolide.facade.broker._process import port_taken
+from bolide.facade.broker import EmbeddedBroker, port_taken
 from bolide.facade.broker.jars import KAFKA, Artifacts, fetch
 
 __all__ = ["register"]

@@ -1,5 +1,5 @@
-"""Helpers every ``bolide`` command group shares: cluster and database arguments, and how
-rows and bytes are printed."""
+"""Helpers every ``bolide`` command group shares: cluster and database arguments (rows and
+bytes are printed by ``bolide.facade.ops.text``)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,8 @@ __all__ = [
     "cluster_from_args",
     "existing_partitions",
     "missing_stream",
-    "render_bytes",
     "require_streams",
-    "table",
 ]
-
-_CELL_WIDTH = 60  # longer cells are cut, with "..."
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
@@ -132,35 +128,3 @@ def add_db_argument(
 ) -> None:
     """``--db`` (and ``aliases``) with the ``BOLIDE_DB`` environment default."""
     parser.add_argument("--db", *aliases, dest="db", default=os.environ.get("BOLIDE_DB"), help=help)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes | bytearray | memoryview):
-        return render_bytes(bytes(value))
-    return str(value)
-
-
-def render_bytes(value: bytes) -> str:
-    """UTF-8 text when the bytes are printable text, else ``\\x`` and hex (PostgreSQL's way)."""
-    try:
-        text = value.decode()
-    except UnicodeDecodeError:
-        return "\\x" + value.hex()
-    return text if text.isprintable() else "\\x" + value.hex()
-
-
-def table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
-    def cell(value: Any) -> str:
-        text = _text(value)
-        return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
-
-    cells = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-        "-+-".join("-" * w for w in widths),
-    ]
-    lines.extend(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
-    return "\n".join(lines)

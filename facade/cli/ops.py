@@ -16,7 +16,6 @@ from bolide.facade.cli.common import (
     add_db_argument,
     cluster_from_args,
     require_streams,
-    table,
 )
 from bolide.facade.config import Cluster
 from bolide.facade.ops import (
@@ -26,6 +25,7 @@ from bolide.facade.ops import (
     list_groups,
     list_topics,
 )
+from bolide.facade.ops.text import table
 from bolide.facade.ports import DurableClient, HistoryStore
 
 __all__ = ["add_scope_arguments", "checked_cluster", "register", "report_from_args"]

@@ -19,12 +19,11 @@ from bolide.facade.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,
-    render_bytes,
     require_streams,
-    table,
 )
 from bolide.facade.config import StreamConfig
 from bolide.facade.errors import StoreError
+from bolide.facade.ops.text import render_bytes, table
 from bolide.stores.archiver import Archiver, ArchiverStats
 from bolide.stores.dialects import dialect_of
 from bolide.stores.store import SqlStore

@@ -25,9 +25,9 @@ from bolide.facade.cli.common import (
     cluster_from_args,
     existing_partitions,
     missing_stream,
-    render_bytes,
 )
 from bolide.facade.errors import SerializationError
+from bolide.facade.ops.text import render_bytes
 
 __all__ = ["parse_time_ms", "register"]
 

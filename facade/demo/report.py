@@ -155,7 +155,7 @@ def _plain(value: Any) -> Any:
 
 def print_summary(summary: DemoSummary, out: TextIO) -> None:
     """Print the query results and the summary for people."""
-    from bolide.facade.cli.common import table  # the same table layout as `bolide sql`
+    from bolide.facade.ops.text import table  # the same table layout as `bolide sql`
 
     for query in summary.queries:
         print(f"\n-- {query.title}\n{query.sql}", file=out)

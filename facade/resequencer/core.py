@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from bolide.facade.deadletter import Reason
 from bolide.facade.errors import ResequencerFullError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.facade.resequencer.sequence import (
     SEQUENCE_GROUP_HEADER,
     Invalid,
-    Reason,
     publish_sequence,
     scan_sequence,
 )

@@ -10,31 +10,27 @@ can read them):
 ``bolide.seq.number``
     The record's place in the group, 0-based ASCII decimal: ``0`` to ``size - 1``.
 
-Rejected records are sent to a dead-letter target with ``bolide.reason`` (a short token, see
-``Reason``) and ``bolide.reason.detail`` (a sentence for people).
+Rejected records are sent to a dead-letter target with the headers of
+``bolide.facade.deadletter``.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bolide.facade.deadletter import Reason
 from bolide.facade.record import HeadersInput, Record, normalize_headers
 
 if TYPE_CHECKING:
     from bolide.facade.publisher import Publisher
 
 __all__ = [
-    "DETAIL_HEADER",
     "NUMBER_HEADER",
-    "REASON_HEADER",
     "SEQUENCE_GROUP_HEADER",
     "SIZE_HEADER",
-    "SOURCE_HEADER",
     "Invalid",
-    "Reason",
     "Sequence",
     "parse_sequence",
     "publish_sequence",
@@ -45,33 +41,10 @@ __all__ = [
 SEQUENCE_GROUP_HEADER = "bolide.seq.group"
 SIZE_HEADER = "bolide.seq.size"
 NUMBER_HEADER = "bolide.seq.number"
-REASON_HEADER = "bolide.reason"
-DETAIL_HEADER = "bolide.reason.detail"
-#: Where a dead letter came from: ``<stream>/<partition>/<offset>`` of the original record.
-SOURCE_HEADER = "bolide.source"
 
 _SEQ_NAMES = frozenset((SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
 #: More digits than this is not a number anyone means (and keeps int() cheap on hostile input).
 _MAX_DIGITS = 18
-
-
-class Reason(enum.StrEnum):
-    """Why a record went to the dead-letter target (the ``bolide.reason`` header value)."""
-
-    MALFORMED = "malformed"
-    """A sequence header is missing, empty, not UTF-8 or not a decimal number."""
-    OUT_OF_RANGE = "out_of_range"
-    """The sequence number is negative or not below the group size."""
-    SIZE_MISMATCH = "size_mismatch"
-    """The record's size differs from the size the group's first record gave."""
-    TOO_LARGE = "too_large"
-    """Batch mode: the group is larger than the resequencer's capacity and can never complete."""
-    TIMEOUT = "timeout"
-    """The group did not complete within the timeout (``on_timeout="dead_letter"``)."""
-    LATE = "late"
-    """The record belongs to a group that already timed out."""
-    FAILED = "failed"
-    """A receiver's handler still raised after its last attempt (``Retry``)."""
 
 
 @dataclass(frozen=True, slots=True)

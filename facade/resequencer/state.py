@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from bolide.facade.deadletter import Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER, Reason
 
 __all__ = [
     "DeadLetter",
@@ -27,7 +27,6 @@ __all__ = [
     "Hold",
     "ResequencerMetrics",
     "Track",
-    "letter",
 ]
 
 log = logging.getLogger("bolide.facade.resequencer.core")
@@ -127,13 +126,6 @@ class Group:
 
 
 DeadLetter: TypeAlias = tuple[Record, Reason, str, Hold | None]
-
-
-def letter(record: Record, reason: Reason, detail: str) -> Record:
-    """The dead letter for ``record``: same key, payload and headers, plus the reason."""
-    headers = [h for h in record.headers if h[0] not in (REASON_HEADER, DETAIL_HEADER)]
-    headers += [(REASON_HEADER, reason.value.encode()), (DETAIL_HEADER, detail.encode())]
-    return Record(record.data, key=record.key, headers=headers)
 
 
 class DeadLetters:

@@ -198,3 +198,23 @@ def test_every_truncation_and_magic_byte_fails(n: int, data: st.DataObject) -> N
     magic = data.draw(st.integers(1, 255))
     with pytest.raises(SerializationError, match="magic byte"):
         serde.decode(bytes([magic]) + payload[1:], stream="s")
+
+
+def test_fastavro_fast_path_is_in_use_and_agrees_with_its_public_fallback(
+    registry: MemorySchemaRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fast path calls fastavro's private encoder and decoder; the fallback its public
+    # schemaless_writer/reader. A fastavro release that changes the private ones fails here
+    # (the probe at import would then have chosen the fallback, which must give equal bytes).
+    from bolide.facade.avro import codec, serde
+
+    assert codec.FAST, "fastavro's private encoder no longer agrees with its public one"
+    fast = AvroSerde(ORDER_V1, registry=registry)
+    encoded = [fast.encode(order(n), stream="orders") for n in range(3)]
+    newer = AvroSerde(ORDER_V2, registry=registry, reader_schema=ORDER_V2)
+    read_fast = [newer.decode(data, stream="orders") for data in encoded]
+    monkeypatch.setattr(serde, "write_data", codec._public_write)
+    monkeypatch.setattr(serde, "read_data", codec._public_read)
+    assert [fast.encode(order(n), stream="orders") for n in range(3)] == encoded
+    assert [newer.decode(data, stream="orders") for data in encoded] == read_fast
+    assert read_fast[0] != order(0)  # the reader's schema resolved (a v2 default filled in)

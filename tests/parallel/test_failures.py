@@ -19,7 +19,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.resequencer.sequence import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
+from bolide.facade.deadletter import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from tests.conftest import eventually
 from tests.parallel.conftest import LEASE_MS, fresh_group, publish_keyed
 

@@ -32,11 +32,10 @@ from bolide.facade import (
     SubscriberConfig,
     publish_sequence,
 )
+from bolide.facade.deadletter import DETAIL_HEADER, REASON_HEADER
 from bolide.facade.kafka import probe_consumer
 from bolide.facade.resequencer.sequence import (
-    DETAIL_HEADER,
     NUMBER_HEADER,
-    REASON_HEADER,
     SEQUENCE_GROUP_HEADER,
     SIZE_HEADER,
     sequence_headers,

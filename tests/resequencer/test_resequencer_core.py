@@ -16,12 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bolide.facade import Record, Resequencer, ResequencerFullError
-from bolide.facade.resequencer.sequence import (
-    NUMBER_HEADER,
-    SEQUENCE_GROUP_HEADER,
-    SIZE_HEADER,
-    Reason,
-)
+from bolide.facade.deadletter import Reason
+from bolide.facade.resequencer.sequence import NUMBER_HEADER, SEQUENCE_GROUP_HEADER, SIZE_HEADER
 from tests.resequencer.conftest import FakeClock, plain_record, seq_of, seq_record
 
 MODES = ("batch", "stream")

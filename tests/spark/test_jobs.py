@@ -14,12 +14,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from bolide.facade import BolideError, Cluster, Record, SchemaOutOfDateError, StreamConfig
 from bolide.facade.cli.main import main as cli_main
 from bolide.facade.compat import stale_watermarks
-from bolide.facade.resequencer.sequence import (
-    REASON_HEADER,
-    Sequence,
-    parse_sequence,
-    sequence_headers,
-)
+from bolide.facade.deadletter import REASON_HEADER
+from bolide.facade.resequencer.sequence import Sequence, parse_sequence, sequence_headers
 from bolide.spark import BatchReport, archive, load_archive, query, resequence
 from bolide.spark._archive import has_jdbc_driver, jdbc_options, records_by_stream
 from bolide.spark.jobs import resolve_source

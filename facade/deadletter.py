@@ -1,0 +1,65 @@
+"""What a dead letter carries, whichever part of bolide sent it.
+
+A record that cannot be handled (undecodable, a handler that still fails after its retries, a
+sequence the resequencer must reject) goes to a dead-letter stream as it was (same key,
+payload and headers) plus three headers, all UTF-8 text so raw consumers and Spark read them:
+
+``bolide.reason``
+    A short token from ``Reason``.
+``bolide.reason.detail``
+    A sentence for people.
+``bolide.source``
+    Where the record came from: ``<stream>/<partition>/<offset>``, when it was read from one.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from bolide.facade.record import Record
+
+__all__ = ["DETAIL_HEADER", "REASON_HEADER", "SOURCE_HEADER", "Reason", "letter"]
+
+REASON_HEADER = "bolide.reason"
+DETAIL_HEADER = "bolide.reason.detail"
+#: Where a dead letter came from: ``<stream>/<partition>/<offset>`` of the original record.
+SOURCE_HEADER = "bolide.source"
+
+_WHY = frozenset((REASON_HEADER, DETAIL_HEADER))
+_OURS = _WHY | {SOURCE_HEADER}
+
+
+class Reason(enum.StrEnum):
+    """Why a record went to the dead-letter target (the ``bolide.reason`` header value)."""
+
+    UNDECODABLE = "undecodable"
+    """The subscriber's serde could not decode the value."""
+    FAILED = "failed"
+    """A receiver's handler still raised after its last attempt (``Retry``)."""
+    MALFORMED = "malformed"
+    """A sequence header is missing, empty, not UTF-8 or not a decimal number."""
+    OUT_OF_RANGE = "out_of_range"
+    """The sequence number is negative or not below the group size."""
+    SIZE_MISMATCH = "size_mismatch"
+    """The record's size differs from the size the group's first record gave."""
+    TOO_LARGE = "too_large"
+    """Batch mode: the group is larger than the resequencer's capacity and can never complete."""
+    TIMEOUT = "timeout"
+    """The group did not complete within the timeout (``on_timeout="dead_letter"``)."""
+    LATE = "late"
+    """The record belongs to a group that already timed out."""
+
+
+def letter(record: Record, reason: Reason | str, detail: str, source: str | None = None) -> Record:
+    """The dead letter for ``record``: same key, payload and headers, plus why and whence.
+
+    ``source`` is ``<stream>/<partition>/<offset>``. The headers a previous dead-lettering
+    added are replaced (the source only by a new one), so a record dead-lettered twice says
+    why the last time.
+    """
+    replaced = _OURS if source is not None else _WHY
+    headers = [h for h in record.headers if h[0] not in replaced]
+    headers += [(REASON_HEADER, str(reason).encode()), (DETAIL_HEADER, detail.encode())]
+    if source is not None:
+        headers.append((SOURCE_HEADER, source.encode()))
+    return Record(record.data, key=record.key, headers=headers)

@@ -1,0 +1,44 @@
+"""How the command line and the demo print rows and bytes: plain-text tables, psql's layout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["render_bytes", "table"]
+
+_CELL_WIDTH = 60  # longer cells are cut, with "..."
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return render_bytes(bytes(value))
+    return str(value)
+
+
+def render_bytes(value: bytes) -> str:
+    """UTF-8 text when the bytes are printable text, else ``\\x`` and hex (PostgreSQL's way)."""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return "\\x" + value.hex()
+    return text if text.isprintable() else "\\x" + value.hex()
+
+
+def table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    """``rows`` under ``columns``, padded to line up; NULL for None, bytes as ``render_bytes``."""
+
+    def cell(value: Any) -> str:
+        text = _text(value)
+        return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+    ]
+    lines.extend(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
+    return "\n".join(lines)
