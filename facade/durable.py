@@ -348,10 +348,6 @@ class DurableSession:
         if not self.live and self._complete() and self._replayed_in_poll == 0:
             self._go_live()
 
-    def holds_paused(self, partition: int) -> bool:
-        """True while ``partition`` is paused holding live records back until the replay ends."""
-        return partition in self._paused
-
     def admit(self, record: Record) -> bool:
         """Flag a record replayed or live; ``False`` holds a live record until ``on_live``."""
         if self.live:

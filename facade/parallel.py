@@ -12,7 +12,7 @@ then sent to the dead letter, or reported, and only then is the record finished.
 The fetch thread also confirms (``auto_confirm``): per partition, the highest offset at and
 below which every record is finished (and, with a resequencer, no group is open), as
 Confluent's Parallel Consumer does. It pauses fetching while ``max_in_flight`` records are in
-flight and keeps calling the consumer, so the lease holds (``_internal/throttle.py``). When a
+flight and keeps calling the consumer, so the lease holds (``ReceiverHost.hold_fetching``). When a
 partition is revoked, its queued records are dropped, running ones get half the lease to
 finish, what is finished is confirmed synchronously while the partition is still owned, and
 the rest is abandoned: never confirmed, read again by the next owner.
@@ -26,11 +26,10 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from bolide.facade._internal.lanes import NO_LANE, Board, LaneOf
 from bolide.facade._internal.outcomes import Runner
-from bolide.facade._internal.throttle import Throttle
 from bolide.facade._internal.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.errors import (
     DurableClientBusyError,
@@ -43,6 +42,7 @@ from bolide.facade.receiver import (
     DeadLetterTarget,
     Ordering,
     Receiver,
+    ReceiverHost,
     ReceiverMetrics,
     ReceiverOptions,
     RecordHandler,
@@ -52,9 +52,6 @@ from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
-
-if TYPE_CHECKING:
-    from bolide.facade.subscriber import Subscriber
 
 __all__ = ["DeadLetterTarget", "Ordering", "ParallelReceiver", "ReceiverOptions", "new_receiver"]
 
@@ -79,7 +76,7 @@ _INLINE_SLOW_BUDGET_S = 5e-3
 
 
 def new_receiver(
-    subscriber: Subscriber,
+    host: ReceiverHost,
     handler: RecordHandler | AsyncRecordHandler,
     poll_timeout_ms: int,
     *,
@@ -97,7 +94,7 @@ def new_receiver(
     no retry, dead letter, resequencer or ``async def`` handler; else a ``ParallelReceiver``.
 
     Args:
-        subscriber: What to read.
+        host: What to read: the subscriber, as receivers see it.
         handler: ``fn(record)``, or an ``async def`` run on the receiver's own event loop.
         poll_timeout_ms: Longest wait of one poll (at most 100 ms is waited at a time).
         concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer:
@@ -109,9 +106,9 @@ def new_receiver(
     _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
     simple = retry is None and dead_letter is None and resequencer is None
     if concurrency == 1 and simple and not _is_async(handler):
-        return Receiver(subscriber, cast(RecordHandler, handler), poll_timeout_ms)
+        return Receiver(host, cast(RecordHandler, handler), poll_timeout_ms)
     return ParallelReceiver(
-        subscriber,
+        host,
         handler,
         poll_timeout_ms,
         concurrency=concurrency,
@@ -165,7 +162,7 @@ class ParallelReceiver(Receiver):
 
     def __init__(
         self,
-        subscriber: Subscriber,
+        host: ReceiverHost,
         handler: RecordHandler | AsyncRecordHandler,
         poll_timeout_ms: int,
         *,
@@ -177,7 +174,7 @@ class ParallelReceiver(Receiver):
         max_in_flight: int,
         resequencer: Resequencer | None,
     ) -> None:
-        super().__init__(subscriber, cast(RecordHandler, handler), poll_timeout_ms)
+        super().__init__(host, cast(RecordHandler, handler), poll_timeout_ms)
         _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
         self._max_in_flight = max_in_flight
         self._resume_at = max_in_flight // 2
@@ -185,10 +182,10 @@ class ParallelReceiver(Receiver):
         self._unoffered: deque[Record] = deque()  # refused by a full resequencer, offered again
         # Kafka's group offsets only: positions kept in the application's database are
         # confirmed in its transactions (``metrics().safe`` says how far is finished).
-        self._confirm = auto_confirm and subscriber.grouped and subscriber.config.positions is None
+        self._confirm = auto_confirm and host.grouped and host.config.positions is None
         self._confirmed: dict[int, int] = {}
         self._confirm_lock = threading.Lock()
-        self._revoke_wait_s = subscriber.config.lease_timeout_ms / 2000
+        self._revoke_wait_s = host.config.lease_timeout_ms / 2000
         self._deadline = math.inf  # of close: in-flight work left after it is abandoned
         self._paused = False
         self._inline = resequencer is None and not _is_async(handler)
@@ -197,34 +194,26 @@ class ParallelReceiver(Receiver):
         if _is_async(handler):
             run = handler
             if TELEMETRY is not None:
-                run = TELEMETRY.async_handler(subscriber, cast(AsyncRecordHandler, handler))
+                run = TELEMETRY.async_handler(host, cast(AsyncRecordHandler, handler))
         self._runner = Runner(
             self._board,
             run,
             retry if retry is not None else Retry(attempts=1),
             dead_letter,
-            subscriber.topic,
-            subscriber._report,
+            host.topic,
+            host.report,
             cost=10 * _INLINE_BELOW_S,  # until calls are measured: hand records to workers
         )
-        name = f"bolide-worker-{subscriber.stream.name}"
+        name = f"bolide-worker-{host.stream.name}"
         self._workers: ThreadWorkers | AsyncWorkers
         if _is_async(handler):
             self._workers = AsyncWorkers(self._board, self._runner.work_async, concurrency, name)
         else:
             self._workers = ThreadWorkers(self._board, self._runner.work, concurrency, name)
-        sub = subscriber
-        self._throttle = Throttle(
-            sub._consumer, sub.topic, sub._assigned, sub._positions, sub._durable, sub._lock
-        )
 
     def start(self) -> None:
         """Start the workers and the fetch thread."""
-        sub = self._subscriber
-        sub._revoke_listener = self._on_revoke
-        sub._confirm_limit = self._limit
-        if sub._durable is not None:
-            sub._durable.commit_delivered = False  # a poll no longer means the records are done
+        self._host.take_over(self._on_revoke, self._limit)
         self._workers.start()
         super().start()
 
@@ -239,7 +228,7 @@ class ParallelReceiver(Receiver):
             self._drain()
 
     def _fetch(self) -> None:
-        sub, board, reseq = self._subscriber, self._board, self._resequencer
+        sub, board, reseq = self._host, self._board, self._resequencer
         poll_ms = min(self._poll_timeout_ms, int(_STOP_CHECK_S * 1000))
         confirmed_at = 0.0
         while not self._stop.is_set():
@@ -256,16 +245,16 @@ class ParallelReceiver(Receiver):
                 continue
             if self._paused:
                 self._paused = False
-                self._throttle.release()
+                self._host.release_fetching()
             try:
                 batch = sub.poll(poll_ms)
             except DurableClientBusyError as exc:
-                sub._report("receiver stopped: the durable id is taken", exc)
+                sub.report("receiver stopped: the durable id is taken", exc)
                 return
             except Exception as exc:
                 if self._stop.is_set() or sub.closed:
                     return
-                sub._report("receiver poll failed", exc)
+                sub.report("receiver poll failed", exc)
                 self._stop.wait(max(self._poll_timeout_ms / 1000, _STOP_CHECK_S))
                 continue
             if not batch:
@@ -299,7 +288,7 @@ class ParallelReceiver(Receiver):
                     board.add(records[index + 1 :])
                     return
             last = now
-        board.ran(records, one_partition=len(self._subscriber._assigned) == 1)
+        board.ran(records, one_partition=len(self._host.assigned()) == 1)
         self._runner.cost += 0.2 * ((last - start) / len(records) - self._runner.cost)
 
     def _take(self, batch: RecordBatch) -> None:
@@ -334,33 +323,33 @@ class ParallelReceiver(Receiver):
         """Stop fetching, keep the lease, wait a little for work to finish."""
         if not self._paused:
             self._paused = True
-            log.debug("receiver of %s paused: %d in flight", self._subscriber.topic, self._in())
-        self._throttle.hold()
+            log.debug("receiver of %s paused: %d in flight", self._host.topic, self._in())
+        self._host.hold_fetching()
         self._serve()
         self._board.wait_below(self._resume_at + 1, _WAIT_S)
 
     def _serve(self) -> None:
         """Call the consumer without taking records: rebalances run, the lease holds."""
-        sub = self._subscriber
-        if sub.grouped and not sub.closed:
+        host = self._host
+        if host.grouped and not host.closed:
             try:
-                sub.is_assigned()
+                host.serve()
             except Exception as exc:
-                if not sub.closed:
-                    sub._report("receiver poll failed", exc)
+                if not host.closed:
+                    host.report("receiver poll failed", exc)
 
     def _in(self) -> int:
         return self._board.in_flight + len(self._unoffered)
 
     def _drain(self) -> None:
         """Closing: finish in-flight work until the deadline, abandon the rest, confirm."""
-        board, sub = self._board, self._subscriber
+        board, sub = self._board, self._host
         self._unoffered.clear()  # never started: the next reader reads them again
         try:
-            self._throttle.hold()
+            self._host.hold_fetching()
             confirmed_at = time.monotonic()
             while board.in_flight > 0 and time.monotonic() < self._deadline:
-                self._throttle.hold()  # partitions assigned meanwhile too
+                self._host.hold_fetching()  # partitions assigned meanwhile too
                 self._serve()
                 board.wait_below(1, min(_WAIT_S, max(0.0, self._deadline - time.monotonic())))
                 if self._confirm and time.monotonic() - confirmed_at >= _CONFIRM_EVERY_S:
@@ -379,14 +368,11 @@ class ParallelReceiver(Receiver):
             rewind = self._rewind_points()
             board.abandon_all()
             if rewind and not sub.closed:
-                sub._rewind(rewind)  # a later reader of this subscriber reads them again
-            self._throttle.release()
+                sub.rewind(rewind)  # a later reader of this subscriber reads them again
+            self._host.release_fetching()
         finally:
             board.stop()
-            sub._revoke_listener = None
-            sub._confirm_limit = None
-            if sub._durable is not None:
-                sub._durable.commit_delivered = True
+            sub.hand_back()
 
     # -- confirms and revokes ----------------------------------------------------------------
 
@@ -425,20 +411,20 @@ class ParallelReceiver(Receiver):
 
     def _confirm_safe(self, only: dict[int, int | None] | None = None) -> None:
         """Confirm each partition's safe offset (or ``only``'s) if it moved."""
-        sub = self._subscriber
+        sub = self._host
         with self._confirm_lock:
             if only is None:
                 with self._board.lock:
                     only = {p: t.safe() for p, t in self._board.tracks.items()}
                 only = {p: self._safe(p, s) for p, s in only.items()}
-            held = sub._assigned
+            held = sub.assigned()
             for partition, safe in only.items():
                 if safe is None or safe <= self._confirmed.get(partition, -1):
                     continue
                 if partition not in held:
                     continue  # given up meanwhile (a deactivate from another thread)
                 try:
-                    sub._confirm(safe, partition, limited=False)
+                    sub.confirm_finished(safe, partition)
                 except ValueError:
                     continue  # repositioned since: that offset is no longer this reader's
                 except IllegalSubscriberStateError:
@@ -450,11 +436,10 @@ class ParallelReceiver(Receiver):
         try:
             self._revoke(partitions, lost)
         except Exception as exc:
-            self._subscriber._report("receiver failed to give up partitions", exc)
+            self._host.report("receiver failed to give up partitions", exc)
 
     def _revoke(self, partitions: list[int], lost: bool) -> None:
         board, reseq = self._board, self._resequencer
-        self._throttle.forget(partitions)
         held: dict[int, int | None] = {}
         if reseq is not None:
             for p in partitions:
@@ -541,4 +526,4 @@ class ParallelReceiver(Receiver):
         self._workers.join(time.monotonic() + (1.0 if timeout_s is not None else 5.0))
 
     def __repr__(self) -> str:
-        return f"ParallelReceiver(stream={self._subscriber.topic!r}, running={self.running})"
+        return f"ParallelReceiver(stream={self._host.topic!r}, running={self.running})"

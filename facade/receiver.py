@@ -11,28 +11,30 @@ import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
+from typing import Literal, Protocol, TypeAlias, TypedDict
 
+from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.errors import DurableClientBusyError
 from bolide.facade.publisher import Publisher
-from bolide.facade.record import Record
+from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int, check_seconds
 
-if TYPE_CHECKING:
-    from bolide.facade.subscriber import Subscriber
-
 __all__ = [
     "AsyncRecordHandler",
+    "ConfirmLimit",
     "DeadLetterTarget",
     "Ordering",
     "Receiver",
+    "ReceiverHost",
     "ReceiverMetrics",
     "ReceiverOptions",
     "RecordHandler",
     "Retry",
+    "RevokeListener",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,6 +120,84 @@ class ReceiverOptions(TypedDict, total=False):
     resequencer: Resequencer | None
 
 
+#: A parallel receiver's part in a revoke: ``fn(partitions, lost)``, before ``on_revoke``.
+RevokeListener: TypeAlias = Callable[[list[int], bool], None]
+#: A parallel receiver's safe points: ``fn(targets, offset)`` lowers what a confirm moves to
+#: below the records still unfinished, whoever confirms.
+ConfirmLimit: TypeAlias = Callable[[dict[int, int], int | None], dict[int, int]]
+
+
+class ReceiverHost(Protocol):
+    """What a receiver sees of its subscriber, and all it sees: ``Subscriber.attach_receiver``
+    hands one to the receiver it starts.
+
+    Attributes:
+        topic: The stream's topic.
+        stream: The stream's config.
+        config: The subscriber's config.
+        grouped: Whether the subscriber is in a consumer group.
+        group_id: Its group id.
+    """
+
+    topic: str
+    stream: StreamConfig
+    config: SubscriberConfig
+    grouped: bool
+    group_id: str
+
+    @property
+    def closed(self) -> bool:
+        """True once the subscriber is closed."""
+        ...
+
+    def poll(self, timeout_ms: int) -> RecordBatch:
+        """The subscriber's ``poll``."""
+        ...
+
+    def serve(self) -> None:
+        """Call the consumer without taking records: rebalances run, the lease holds."""
+        ...
+
+    def assigned(self) -> AbstractSet[int]:
+        """The partitions the subscriber holds now."""
+        ...
+
+    def report(self, summary: str, error: BaseException | None) -> None:
+        """Tell the subscriber's error handler (or the log)."""
+        ...
+
+    def confirm_finished(self, offset: int, partition: int) -> None:
+        """Confirm ``partition`` up to ``offset``, every record at and below it finished.
+
+        Raises:
+            ValueError: The partition was repositioned: the offset is no longer this reader's.
+            IllegalSubscriberStateError: The subscriber is closed or deactivated.
+        """
+        ...
+
+    def rewind(self, offsets: Mapping[int, int]) -> None:
+        """Read partitions again from ``offsets`` (records abandoned unfinished)."""
+        ...
+
+    def hold_fetching(self) -> None:
+        """Stop Kafka fetching every partition held (those assigned later too, when called
+        again), keeping the lease."""
+        ...
+
+    def release_fetching(self) -> None:
+        """Fetch again what ``hold_fetching`` stopped, unless another reason holds it."""
+        ...
+
+    def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
+        """A parallel receiver starts: it hears revokes first, bounds every confirm by its
+        safe points, and a poll no longer means the records it returned are done."""
+        ...
+
+    def hand_back(self) -> None:
+        """The parallel receiver stopped: undo ``take_over``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ReceiverMetrics:
     """A snapshot of a receiver's counters.
@@ -160,23 +240,21 @@ class Receiver:
     under it, and no record is polled or handled after that call.
     """
 
-    def __init__(
-        self, subscriber: Subscriber, handler: RecordHandler, poll_timeout_ms: int
-    ) -> None:
+    def __init__(self, host: ReceiverHost, handler: RecordHandler, poll_timeout_ms: int) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         check_int("poll_timeout_ms", poll_timeout_ms)
-        self._subscriber = subscriber
+        self._host = host
         self._handler = handler
         if TELEMETRY is not None:  # each call in a process span, timed
-            self._handler = TELEMETRY.handler(subscriber, handler)
+            self._handler = TELEMETRY.handler(host, handler)
         self._poll_timeout_ms = poll_timeout_ms
         self._stop = threading.Event()
         self._busy = False
         self._finished = 0
         self._failed = 0
         self._thread = threading.Thread(
-            target=self._run, name=f"bolide-receiver-{subscriber.stream.name}", daemon=True
+            target=self._run, name=f"bolide-receiver-{host.stream.name}", daemon=True
         )
 
     def start(self) -> None:
@@ -191,14 +269,14 @@ class Receiver:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                batch = self._subscriber.poll(min(self._poll_timeout_ms, _STOP_CHECK_MS))
+                batch = self._host.poll(min(self._poll_timeout_ms, _STOP_CHECK_MS))
             except DurableClientBusyError as exc:
-                self._subscriber._report("receiver stopped: the durable id is taken", exc)
+                self._host.report("receiver stopped: the durable id is taken", exc)
                 return
             except Exception as exc:
-                if self._stop.is_set() or self._subscriber.closed:
+                if self._stop.is_set() or self._host.closed:
                     return  # closed under the poll: nothing more to read
-                self._subscriber._report("receiver poll failed", exc)
+                self._host.report("receiver poll failed", exc)
                 # Back off, also with poll_timeout_ms=0: a lasting failure must not spin.
                 self._stop.wait(max(self._poll_timeout_ms / 1000, 0.1))
                 continue
@@ -211,7 +289,7 @@ class Receiver:
                 except Exception as exc:
                     self._failed += 1
                     log.exception("receiver handler raised on %r", record)
-                    self._subscriber._report(f"receiver handler raised on {record!r}", exc)
+                    self._host.report(f"receiver handler raised on {record!r}", exc)
                 finally:
                     self._busy = False
                     self._finished += 1

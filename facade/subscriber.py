@@ -31,7 +31,7 @@ from bolide.facade._internal.client import (
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.confirms import Confirms
 from bolide.facade._internal.fetch import Fetcher, Polled
-from bolide.facade._internal.host import SessionHost
+from bolide.facade._internal.host import ReceiverHooks, ReceiverSeat, SessionHost
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.positions import Positions
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
@@ -112,11 +112,8 @@ class Subscriber(Closing):
         self._lock = HookLock()
         self._closed = False
         self._receiver: Receiver | None = None
-        # A parallel receiver's part in a revoke: ``fn(partitions, lost)``, before on_revoke.
-        self._revoke_listener: Callable[[list[int], bool], None] | None = None
-        # A parallel receiver's safe points: ``fn(targets, offset)`` lowers what a confirm
-        # moves to below the records still unfinished, whoever confirms.
-        self._confirm_limit: Callable[[dict[int, int], int | None], dict[int, int]] | None = None
+        # A running parallel receiver's revoke listener and confirm limit.
+        self._receiver_hooks = ReceiverHooks()
         # Updated in place: the fetcher holds the same set.
         self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
         self._positions = Positions(cluster, config, self._consumer, self.partitions, self._report)
@@ -228,7 +225,7 @@ class Subscriber(Closing):
 
     def _lose(self, parts: list[int], *, lost: bool) -> None:
         held = self._assigned & set(parts)
-        hook, listener = self.config.on_revoke, self._revoke_listener
+        hook, listener = self.config.on_revoke, self._receiver_hooks.on_revoke
         if held and listener is not None and lost:
             listener(sorted(held), True)
         if held and (hook is not None or listener is not None) and not lost:
@@ -242,7 +239,7 @@ class Subscriber(Closing):
             finally:
                 self._confirms.revoking = False
         self._assigned -= set(parts)
-        self._fetcher.paused -= set(parts)  # Kafka forgets a moved partition's pause too
+        self._positions.holds.drop(parts)  # Kafka forgets a moved partition's pause too
         for p in parts:
             self._positions.history.close(p)
         self._fetcher.drop(parts)
@@ -437,7 +434,7 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            self._fetcher.pause(self._held_args(partitions))
+            self._positions.holds.hold(self._held_args(partitions), "user")
 
     def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
         """Deliver paused ``partitions`` (every paused one when ``None``) again, from where
@@ -448,20 +445,16 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            every = partitions is None
-            parts = set(self._fetcher.paused) if every else self._held_args(partitions)
-            history, durable = self._positions.history, self._durable
-            self._fetcher.resume(
-                parts,
-                lambda p: history.active(p) or (durable is not None and durable.holds_paused(p)),
-            )
+            holds = self._positions.holds
+            parts = holds.holding("user") if partitions is None else self._held_args(partitions)
+            # Kafka fetches them again unless another reason holds them (history, a replay).
+            holds.release(parts, "user")
 
     @property
     def paused(self) -> frozenset[tuple[str, int]]:
-        """The paused partitions, as ``(stream, partition)`` pairs (read without the lock:
-        the copy of the set is atomic)."""
-        held = frozenset(self._fetcher.paused)
-        return frozenset((self.topic, p) for p in held)
+        """The partitions the application paused, as ``(stream, partition)`` pairs (read
+        without the lock: the set is replaced, never changed)."""
+        return frozenset((self.topic, p) for p in self._positions.holds.holding("user"))
 
     def _held_args(self, partitions: Iterable[int | tuple[str, int]] | None) -> set[int]:
         if partitions is None:
@@ -538,7 +531,7 @@ class Subscriber(Closing):
             p = self._partition_arg(partition)
         deactivated = self._fetcher.deactivated
         positions = self._confirms.targets(offset, p, deactivated=deactivated, read=read)
-        limit = self._confirm_limit if limited else None
+        limit = self._receiver_hooks.limit if limited else None
         if limit is not None and positions:
             positions = limit(positions, offset)
         if not positions:
@@ -610,7 +603,18 @@ class Subscriber(Closing):
                     "a receiver is already attached", stream=self.topic
                 )
             # Started under the lock: a second caller finds it running.
-            receiver = self._receiver = new_receiver(self, handler, poll_timeout_ms, **options)
+            seat = ReceiverSeat(
+                self,
+                assigned=self._assigned,
+                holds=self._positions.holds,
+                lock=self._lock,
+                report=self._report,
+                confirm=lambda offset, p: self._confirm(offset, p, limited=False),
+                rewind=self._rewind,
+                hooks=self._receiver_hooks,
+                durable=self._durable,
+            )
+            receiver = self._receiver = new_receiver(seat, handler, poll_timeout_ms, **options)
             receiver.start()
         return receiver
 

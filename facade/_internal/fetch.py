@@ -7,14 +7,13 @@ before any raises at once. Nothing taken from Kafka is dropped.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from itertools import islice
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message
 
 from bolide.facade._internal.decoding import Decoder
 from bolide.facade._internal.positions import Positions, Report
@@ -60,8 +59,6 @@ class Fetcher:
     Attributes:
         deactivated: The subscriber gave up its lease: keep the consumer served, read nothing.
         last_poll_ms: When ``poll`` was last called, in epoch milliseconds.
-        paused: Partitions the application paused: what is read of them waits in the queue,
-            undelivered, and Kafka stops fetching them.
     """
 
     def __init__(
@@ -98,7 +95,6 @@ class Fetcher:
         self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
         self.last_poll_ms: int | None = None  # epoch ms of the last poll (for health checks)
         self._returned = 0  # records given back at the head of the queue, delivered first
-        self.paused: set[int] = set()
 
     def poll(self, deadline: float) -> RecordBatch:
         """Gather up to ``max_batch`` records, waiting until ``deadline`` for the first one.
@@ -108,10 +104,6 @@ class Fetcher:
                 was gathered; the records not delivered stay queued.
         """
         self.last_poll_ms = int(time.time() * 1000)
-        if self.paused:
-            # Another owner's resume (the history's end, a receiver's throttle) must not let
-            # Kafka fetch a partition the application paused.
-            self._kafka(self._consumer.pause, self.paused)
         if self._deferred is not None and not self._returned:
             (error, counted), self._deferred = self._deferred, None
             self._last_read.update(counted)
@@ -214,24 +206,6 @@ class Fetcher:
 
     # -- gathering ---------------------------------------------------------------------------
 
-    def pause(self, partitions: set[int]) -> None:
-        """Deliver nothing of ``partitions`` until ``resume``; Kafka stops fetching them."""
-        self.paused |= partitions
-        self._kafka(self._consumer.pause, partitions)
-
-    def resume(self, partitions: set[int], others: Callable[[int], bool]) -> None:
-        """Deliver ``partitions`` again, from where their delivery stopped; Kafka fetches
-        those that ``others`` (another owner's pause: the history, a durable replay) does not
-        hold."""
-        self.paused -= partitions
-        self._kafka(self._consumer.resume, {p for p in partitions if not others(p)})
-
-    def _kafka(self, method: Callable[[list[TopicPartition]], object], parts: set[int]) -> None:
-        held = sorted(p for p in parts if not self._grouped or p in self._assigned)
-        if held:
-            with contextlib.suppress(KafkaException, RuntimeError):  # revoked meanwhile
-                method([TopicPartition(self._topic, p) for p in held])
-
     def _gather(self, out: list[Record], read: dict[int, int], limit: int, deadline: float) -> None:
         """Fill ``out`` from the queue and Kafka; an item whose handling fails is queued again.
         What belongs to a paused partition stays queued, in order."""
@@ -249,7 +223,7 @@ class Fetcher:
         deadline: float,
         held: list[Message | Record],
     ) -> None:
-        paused = self.paused
+        paused = self._positions.holds.holding("user")
         while len(out) < limit:
             if self.pending:
                 item = self.pending.popleft()
@@ -302,7 +276,7 @@ class Fetcher:
         local while a run lasts, and the positions (``read``, next, the gap check's expected)
         are written once per run, before anything else reads them.
         """
-        if not self._plain or self.paused:
+        if not self._plain or self._positions.holds.holding("user"):
             self.pending.extend(msgs)
             return
         next_offsets, fetched = self._next, self._gaps.expected

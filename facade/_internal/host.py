@@ -1,18 +1,25 @@
-"""``SessionHost``: a subscriber's parts as its durable session sees them (``DurableHost``)."""
+"""A subscriber's parts as others see them: ``SessionHost`` for its durable session
+(``DurableHost``), ``ReceiverSeat`` for its receivers (``ReceiverHost``)."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from bolide.facade._internal.holds import Holds
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.positions import Positions, Report
-from bolide.facade.record import Record
+from bolide.facade.config import StreamConfig, SubscriberConfig
+from bolide.facade.durable import DurableSession
+from bolide.facade.receiver import ConfirmLimit, RevokeListener
+from bolide.facade.record import Record, RecordBatch
 
-__all__ = ["SessionHost"]
+__all__ = ["ReceiverHooks", "ReceiverSeat", "SessionHost", "SubscriberView"]
 
 
 class SessionHost:
@@ -76,12 +83,13 @@ class SessionHost:
         return {tp.partition: tp.offset for tp in self._consumer.position(parts)}
 
     def pause(self, partitions: list[int]) -> None:
-        """Stop fetching ``partitions``."""
-        self._consumer.pause([TopicPartition(self._topic, p) for p in partitions])
+        """Stop fetching ``partitions`` (held for the replay)."""
+        self._positions.holds.hold(partitions, "replay")
 
     def resume(self, partitions: list[int]) -> None:
-        """Fetch ``partitions`` again."""
-        self._consumer.resume([TopicPartition(self._topic, p) for p in partitions])
+        """Let go of the replay's hold: Kafka fetches ``partitions`` unless another reason
+        (the application, a receiver's throttle) holds them."""
+        self._positions.holds.release(partitions, "replay")
 
     def requeue(self, records: list[Record]) -> None:
         """Deliver ``records``, in order, before anything queued."""
@@ -102,3 +110,117 @@ class SessionHost:
     def call_later(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the subscriber lets go of its lock."""
         self._lock.call(callback)
+
+
+@dataclass(slots=True)
+class ReceiverHooks:
+    """What a running parallel receiver adds to its subscriber (``None`` when none runs).
+
+    Attributes:
+        on_revoke: Hears a revoke before the application's ``on_revoke``.
+        limit: Bounds every confirm by the receiver's safe points.
+    """
+
+    on_revoke: RevokeListener | None = None
+    limit: ConfirmLimit | None = None
+
+
+class SubscriberView(Protocol):
+    """The public side of a subscriber that a ``ReceiverSeat`` passes on."""
+
+    topic: str
+    stream: StreamConfig
+    config: SubscriberConfig
+    grouped: bool
+    group_id: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    def poll(self, timeout_ms: int) -> RecordBatch: ...
+
+    def is_assigned(self) -> bool: ...
+
+
+class ReceiverSeat:
+    """``bolide.facade.receiver.ReceiverHost`` over one subscriber: the receivers' only way in.
+
+    Args:
+        subscriber: The subscriber's public side.
+        assigned: The partitions it holds (updated in place by it).
+        holds: Its holds (the throttle is one reason).
+        lock: Its lock, held around every call on the consumer.
+        report: Its error handler.
+        confirm: ``fn(offset, partition)``: confirm, not bounded by the receiver's limit.
+        rewind: ``fn(offsets)``: read partitions again from ``offsets``.
+        hooks: Where the receiver's revoke listener and confirm limit go.
+        durable: A durable client's session, else ``None``.
+    """
+
+    def __init__(
+        self,
+        subscriber: SubscriberView,
+        *,
+        assigned: AbstractSet[int],
+        holds: Holds,
+        lock: HookLock,
+        report: Report,
+        confirm: Callable[[int, int], None],
+        rewind: Callable[[Mapping[int, int]], None],
+        hooks: ReceiverHooks,
+        durable: DurableSession | None,
+    ) -> None:
+        self._subscriber = subscriber
+        self.topic = subscriber.topic
+        self.stream = subscriber.stream
+        self.config = subscriber.config
+        self.grouped = subscriber.grouped
+        self.group_id = subscriber.group_id
+        self._assigned = assigned
+        self._holds = holds
+        self._lock = lock
+        self.report = report
+        self.confirm_finished = confirm
+        self.rewind = rewind
+        self._hooks = hooks
+        self._durable = durable
+
+    @property
+    def closed(self) -> bool:
+        """True once the subscriber is closed."""
+        return self._subscriber.closed
+
+    def poll(self, timeout_ms: int) -> RecordBatch:
+        """The subscriber's ``poll``."""
+        return self._subscriber.poll(timeout_ms)
+
+    def serve(self) -> None:
+        """Call the consumer without taking records: rebalances run, the lease holds."""
+        self._subscriber.is_assigned()
+
+    def assigned(self) -> AbstractSet[int]:
+        """The partitions the subscriber holds now."""
+        return self._assigned
+
+    def hold_fetching(self) -> None:
+        """Hold every partition held for the throttle (one assigned meanwhile too)."""
+        with self._lock:
+            self._holds.hold(self._assigned, "throttle")
+
+    def release_fetching(self) -> None:
+        """Let go of the throttle's holds; partitions another reason holds stay paused."""
+        with self._lock:
+            self._holds.release(self._holds.holding("throttle"), "throttle")
+
+    def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
+        """A parallel receiver starts: it hears revokes, bounds confirms, and a durable
+        client's polls stop committing what they delivered (not done yet)."""
+        self._hooks.on_revoke, self._hooks.limit = on_revoke, limit
+        if self._durable is not None:
+            self._durable.commit_delivered = False
+
+    def hand_back(self) -> None:
+        """The parallel receiver stopped: undo ``take_over``."""
+        self._hooks.on_revoke = self._hooks.limit = None
+        if self._durable is not None:
+            self._durable.commit_delivered = True

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
+from bolide.facade._internal.holds import Holds
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
@@ -39,6 +40,7 @@ class Positions:
         confirmed: Highest position (next offset) this member confirmed, per partition.
         history: The splice: history being read below Kafka's log start.
         gaps: Fetches that skipped ahead, being read again.
+        holds: Which partitions are paused, and why (the history splice is one reason).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class Positions:
         self.last_read: dict[int, int] = {}
         self.confirmed: dict[int, int] = {}
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
+        self.holds = Holds(consumer, self.topic)
         self.gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self.history = HistoryCursor(config.single)
         scheme = config.initial_offset_scheme
@@ -112,7 +115,7 @@ class Positions:
         """Assign Kafka partitions at ``positions``, splicing history for what Kafka dropped."""
         starts = log_starts(self._consumer, self.topic, positions, cluster=self._cluster)
         assignment: list[TopicPartition] = []
-        paused: list[TopicPartition] = []
+        splicing: list[int] = []
         for partition, wanted in positions.items():
             start = starts[partition]
             offset = wanted
@@ -140,11 +143,15 @@ class Positions:
             tp = TopicPartition(self.topic, partition, offset)
             assignment.append(tp)
             if self.history.active(partition):
-                paused.append(TopicPartition(self.topic, partition))
+                splicing.append(partition)
                 self._resume_at[partition] = offset
+            else:
+                self._resume_at.pop(partition, None)
         self._consumer.assign(assignment)
-        if paused:
-            self._consumer.pause(paused)
+        # Kafka reads a partition once nothing holds it: not while its history is read.
+        self.holds.reapply(positions)
+        self.holds.hold(splicing, "history")
+        self.holds.release(set(positions) - set(splicing), "history")
 
     def committed(self, parts: list[int]) -> dict[int, int]:
         """The group's committed offsets of ``parts`` (negative where it has none)."""
@@ -182,6 +189,8 @@ class Positions:
                 self.gaps.expected.pop(p, None)
             assignment.append(TopicPartition(self.topic, p, offset))
         self._consumer.assign(assignment)
+        self.holds.reapply(parts)
+        self.holds.release(parts, "history")
 
     def move(self, assigned: Iterable[int], partition: int, offset: int) -> None:
         """Move ``partition`` to ``offset``; the other ``assigned`` partitions restart where
@@ -253,11 +262,12 @@ class Positions:
             )
         finished = self.history.finished()
         if finished:
-            parts = [TopicPartition(self.topic, p, self._resume_at.pop(p)) for p in finished]
-            self._consumer.resume(parts)
-            # A fresh fetch at once: a resumed partition otherwise waits out a fetch backoff.
-            for tp in parts:
-                self._consumer.seek(tp)
+            free = self.holds.release(finished, "history")
+            for p in finished:
+                offset = self._resume_at.pop(p)
+                if p in free:
+                    # A fresh fetch at once: a resumed partition otherwise waits out a backoff.
+                    self._consumer.seek(TopicPartition(self.topic, p, offset))
 
     # -- confirms --------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -98,3 +100,42 @@ def test_pause_arguments_are_checked(
         with pytest.raises(TypeError, match="iterable"):
             sub.pause(1)  # type: ignore[arg-type]
         assert sub.paused == frozenset()
+
+
+def test_a_receivers_throttle_never_resumes_what_the_application_paused(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    # Two reasons hold partition 1: the receiver's throttle (enough in flight) and the
+    # application. The throttle letting go must leave it paused until the application resumes.
+    stream = stream_factory(partitions=2)
+    _publish(cluster, stream, 0, [b"a%d" % i for i in range(4)])
+    gate, handled = threading.Event(), queue.Queue[bytes]()
+
+    def handler(record: Record) -> None:
+        gate.wait(60)
+        handled.put(record.data)
+
+    config = SubscriberConfig(
+        stream=stream, initial_offset_scheme=InitialOffsetScheme.EARLIEST, max_batch=2
+    )
+    with Subscriber(cluster, config) as sub:
+        receiver = sub.attach_receiver(handler, concurrency=2, max_in_flight=2)
+        eventually(lambda: receiver.metrics().paused, 60)  # the throttle holds both partitions
+        sub.pause([1])
+        _publish(cluster, stream, 1, [b"b%d" % i for i in range(5)])
+        gate.set()  # the throttle lets go
+        _publish(cluster, stream, 0, [b"a4"])
+        seen: list[bytes] = []
+        eventually(lambda: seen.extend(_drain(handled)) or b"a4" in seen, 60)
+        assert sorted(seen) == [b"a%d" % i for i in range(5)], "nothing of the paused partition"
+        assert sub.paused == frozenset({(stream.name, 1)})
+        sub.resume([1])
+        eventually(lambda: seen.extend(_drain(handled)) or len(seen) >= 10, 60)
+        assert [v for v in seen if v.startswith(b"b")] == [b"b%d" % i for i in range(5)]
+
+
+def _drain(handled: queue.Queue[bytes]) -> list[bytes]:
+    out = []
+    while not handled.empty():
+        out.append(handled.get())
+    return out

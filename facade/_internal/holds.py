@@ -1,0 +1,87 @@
+"""``Holds``: which partitions of a subscriber are paused, and why.
+
+Several parts of a subscriber stop Kafka fetching a partition for a while, each for its own
+reason: the history splice (records below Kafka's log start are read from the store first), a
+durable client's replay (live records held back until the replay ends), a parallel receiver's
+throttle (enough in flight) and the application (``Subscriber.pause``). A partition is paused
+while any reason holds it and resumed when the last one lets go, so no part resumes what
+another paused. Kafka forgets the pause of a partition it moves: so do ``drop`` and a new
+assignment (``reapply`` pauses again what is still held).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Literal, TypeAlias
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+__all__ = ["Holds", "Why"]
+
+#: Why a partition is held: the history splice, a durable replay, a receiver's throttle, the
+#: application.
+Why: TypeAlias = Literal["history", "replay", "throttle", "user"]
+_REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "user")
+
+
+class Holds:
+    """The partitions each reason holds; the consumer is paused on the first hold of a
+    partition and resumed when its last hold is released. Called under the subscriber's lock;
+    ``holding`` may be read without it (each reason's set is replaced, never changed)."""
+
+    __slots__ = ("_by", "_consumer", "_topic")
+
+    def __init__(self, consumer: Consumer, topic: str) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._by: dict[Why, frozenset[int]] = dict.fromkeys(_REASONS, frozenset())
+
+    def hold(self, partitions: Iterable[int], why: Why) -> None:
+        """Hold ``partitions`` for ``why``; Kafka stops fetching those no other reason held."""
+        parts = frozenset(partitions) - self._by[why]
+        if not parts:
+            return
+        new = parts - self.held()
+        self._by[why] = self._by[why] | parts
+        if new:
+            self._call(self._consumer.pause, new)
+
+    def release(self, partitions: Iterable[int], why: Why) -> frozenset[int]:
+        """Let go of ``why``'s hold on ``partitions``; returns those no reason holds any more,
+        which Kafka fetches again from where their delivery stopped."""
+        parts = frozenset(partitions) & self._by[why]
+        if not parts:
+            return frozenset()
+        self._by[why] = self._by[why] - parts
+        free = parts - self.held()
+        if free:
+            self._call(self._consumer.resume, free)
+        return free
+
+    def holding(self, why: Why) -> frozenset[int]:
+        """The partitions ``why`` holds."""
+        return self._by[why]
+
+    def held(self) -> frozenset[int]:
+        """The partitions any reason holds: those Kafka does not fetch."""
+        return frozenset().union(*self._by.values())
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        """Forget every hold on ``partitions``: they were given up (Kafka forgets their pause)."""
+        gone = frozenset(partitions)
+        for why in _REASONS:
+            if self._by[why] & gone:
+                self._by[why] = self._by[why] - gone
+
+    def reapply(self, partitions: Iterable[int]) -> None:
+        """Pause again those of ``partitions`` still held, after the consumer assigned them."""
+        held = self.held() & frozenset(partitions)
+        if held:
+            self._call(self._consumer.pause, held)
+
+    def _call(self, method: object, parts: frozenset[int]) -> None:
+        assert callable(method)
+        # The consumer closed or the partitions went away: nothing left to pause or resume.
+        with contextlib.suppress(KafkaException, RuntimeError):
+            method([TopicPartition(self._topic, p) for p in sorted(parts)])
