@@ -58,7 +58,7 @@ from bolide.facade import (
 )
 from bolide.stores import Archiver, SqlStore
 from bolide.stores._schema import HEADERS, RECORDS
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 
 __all__ = ["Row", "bench", "main", "run"]
 
@@ -309,7 +309,7 @@ def spliced_read(
     spliced_stream = StreamConfig(name=topic, store=store)
     spliced = SubscriberConfig(stream=spliced_stream, initial_offset_scheme=earliest)
     best_plain = best_spliced = best_durable = 0.0
-    with DurableRegistry(url) as registry:
+    with SqlDurableRegistry(url) as registry:
         for _ in range(repeat):
             best_plain = max(best_plain, _read_all(cluster, plain, count))
             best_spliced = max(best_spliced, _read_all(trimmed, spliced, count))

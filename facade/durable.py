@@ -2,7 +2,7 @@
 
 A durable client is a ``Subscriber`` with ``SubscriberConfig(durable_id=...)``. Its queue is
 its own consumer group ``bolide-durable-<durable_id>`` (the committed offsets) plus a row in
-the durable registry (``bolide.stores.DurableRegistry``, in SQL): streams, last-seen time,
+the durable registry (``bolide.stores.SqlDurableRegistry``, in SQL): streams, last-seen time,
 timeout, the marker of its latest connect and the claim that keeps one id connected once.
 
 Lifecycle of one connection (``DurableSession``, owned by the subscriber, which it sees only
@@ -96,7 +96,8 @@ def resolve_registry(config: SubscriberConfig) -> tuple[DurableRegistry, bool]:
     except TypeError:
         raise ValueError(
             f"durable_id={config.durable_id!r} needs a registry: set durable_registry to a "
-            "SqlStore, a database URL or a DurableRegistry, or give the stream a SqlStore"
+            "SqlStore, a database URL or a DurableRegistry (such as "
+            "bolide.stores.SqlDurableRegistry), or give the stream a SqlStore"
         ) from None
 
 

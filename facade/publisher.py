@@ -374,7 +374,7 @@ class Publisher(Closing):
                 must not commit; let the block raise it, so the transaction aborts.
         """
         transactions = self._transactions()
-        for source in subscriber._transaction_sources():
+        for source in subscriber.transaction_sources():
             transactions.confirm(source)
 
     def _transactions(self) -> Transactions:
@@ -528,3 +528,17 @@ class _Batch:
             self.future.set_exception(self.error)
         else:
             self.future.set_result(self.offsets)
+
+
+# -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------
+
+
+def to_record(pub: Publisher, item: Record | Any) -> Record:
+    """The record ``pub.publish_async(item)`` would send (its serde applied)."""
+    return pub._to_record(item)
+
+
+def offer(pub: Publisher, rec: Record, on_delivery: PublishCallback) -> bool:
+    """``produce`` without waiting for room: ``False`` (nothing accepted) when the local queue
+    is full, so that an asyncio caller waits for room on its loop instead."""
+    return pub._offer(rec, on_delivery)

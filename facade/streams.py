@@ -312,8 +312,9 @@ class StreamsSubscriber(Subscriber):
         """The group's confirmed positions per partition of ``stream``."""
         return self._inner(stream).committed(timeout_s)
 
-    def _transaction_sources(self) -> list[_Source]:
-        return [source for sub in self._all() for source in sub._transaction_sources()]
+    def transaction_sources(self) -> list[_Source]:
+        """Each stream's consumer's source (``Subscriber.transaction_sources``)."""
+        return [source for sub in self._all() for source in sub.transaction_sources()]
 
     # -- the lease -----------------------------------------------------------------------------
 

@@ -540,10 +540,13 @@ class Subscriber(Closing):
             TELEMETRY.confirmed(self, positions)
         self._confirms.confirm(positions, conn)
 
-    def _transaction_sources(
+    def transaction_sources(
         self,
     ) -> list[Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]]:
-        """What ``Publisher.confirm`` sends with its transaction: one source per consumer."""
+        """What ``Publisher.confirm(subscriber)`` sends with its transaction, one source per
+        consumer: each gives the delivered positions and the group's metadata (Kafka's
+        ``sendOffsetsToTransaction(positions, consumer.groupMetadata())``) and what to call
+        once the transaction commits. Applications call ``Publisher.confirm``."""
         return [self._confirm_in_transaction]
 
     def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
@@ -731,3 +734,30 @@ class Subscriber(Closing):
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
         return f"Subscriber(stream={self.topic!r}, {kind})"
+
+
+# -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------
+
+
+def poll_step(sub: Subscriber, *, first: bool) -> Polled:
+    """One step of a poll that never waits (a deadline already past): what takes what is
+    fetched; the asyncio API awaits between steps. Its outcome can be given back."""
+    return sub._poll_once(0.0, first=first)
+
+
+def give_back(sub: Subscriber, polled: Polled) -> None:
+    """Undo a ``poll_step`` whose outcome never reached the application."""
+    sub._give_back(polled)
+
+
+def confirm_read(
+    sub: Subscriber,
+    offset: int | None,
+    partition: int | None,
+    *,
+    conn: Any,
+    read: Mapping[int, int] | None,
+) -> None:
+    """``Subscriber.confirm`` against ``read``: the last record handed out per partition (an
+    asyncio iteration hands a batch out one record at a time)."""
+    sub._confirm(offset, partition, conn=conn, read=read)

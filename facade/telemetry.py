@@ -76,7 +76,7 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
 
 def watch_durable(cluster: Cluster, clients: Callable[[], Iterable[DurableClient]]) -> None:
     """Report ``bolide.durable.backlog`` for every client ``clients()`` lists, e.g.
-    ``watch_durable(cluster, DurableRegistry(url).list)``.
+    ``watch_durable(cluster, SqlDurableRegistry(url).list)``.
 
     Raises:
         ModuleNotFoundError: The otel extra is not installed.

@@ -2,7 +2,7 @@
 
 from bolide.stores._capacity import require_delete_records
 from bolide.stores.archiver import Archiver, ArchiverStats, ProgressCallback
-from bolide.stores.durable_registry import DurableClient, DurableRegistry
+from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
 from bolide.stores.positions import SqlPositions
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.store import SqlStore
@@ -11,8 +11,8 @@ __all__ = [
     "Archiver",
     "ArchiverStats",
     "DurableClient",
-    "DurableRegistry",
     "ProgressCallback",
+    "SqlDurableRegistry",
     "SqlPositions",
     "SqlSchemaRegistry",
     "SqlStore",

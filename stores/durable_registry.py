@@ -28,12 +28,12 @@ from bolide.facade.ports import Claim, ClaimState, Closing, DurableClient, now_m
 from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
 from bolide.stores.store import SqlStore
 
-__all__ = ["Claim", "ClaimState", "DurableClient", "DurableRegistry"]
+__all__ = ["Claim", "ClaimState", "DurableClient", "SqlDurableRegistry"]
 
 _T = TypeVar("_T")
 
 
-class DurableRegistry(Closing):
+class SqlDurableRegistry(Closing):
     """Durable clients in SQL (tables from revision ``0003``; ``bolide db upgrade``).
 
     Args:
@@ -59,7 +59,7 @@ class DurableRegistry(Closing):
             )
 
     def __repr__(self) -> str:
-        return f"DurableRegistry({self.store.url!r})"
+        return f"SqlDurableRegistry({self.store.url!r})"
 
     # -- claims ----------------------------------------------------------------------------
 

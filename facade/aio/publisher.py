@@ -21,7 +21,7 @@ from typing import Any, Self
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError
-from bolide.facade.publisher import Publisher
+from bolide.facade.publisher import Publisher, offer, to_record
 from bolide.facade.record import Record
 
 __all__ = ["AsyncPublisher"]
@@ -125,9 +125,9 @@ class AsyncPublisher:
                 (``retriable``; ``await publish(...)`` waits for room instead).
         """
         pub = self._publisher()
-        rec = record if type(record) is Record else pub._to_record(record)
+        rec = record if type(record) is Record else to_record(pub, record)
         future = self._future()
-        if self._waiting or not pub._offer(rec, partial(self._answer, future)):
+        if self._waiting or not offer(pub, rec, partial(self._answer, future)):
             raise PublishError(
                 "the publisher's local queue is full (queue.buffering.max.messages or "
                 "queue.buffering.max.kbytes); await publish() waits for room",
@@ -149,7 +149,7 @@ class AsyncPublisher:
             PublishError: The broker did not accept the record, or the publisher is closed.
         """
         pub = self._publisher()
-        rec = record if type(record) is Record else pub._to_record(record)
+        rec = record if type(record) is Record else to_record(pub, record)
         return await self._send(pub, rec)
 
     async def publish_many(self, records: Iterable[Record | Any]) -> list[int]:
@@ -169,7 +169,7 @@ class AsyncPublisher:
             PublishError: A record failed, or the publisher is closed.
         """
         pub = self._publisher()
-        recs = [r if type(r) is Record else pub._to_record(r) for r in records]
+        recs = [r if type(r) is Record else to_record(pub, r) for r in records]
         futures = [await self._enqueue(pub, rec) for rec in recs]
         answers = await asyncio.gather(*futures, return_exceptions=True)
         for answer in answers:
@@ -184,7 +184,7 @@ class AsyncPublisher:
         """Hand ``rec`` to the producer, waiting on the loop while its queue is full."""
         future = self._future()
         answer = partial(self._answer, future)
-        while not pub._offer(rec, answer):
+        while not offer(pub, rec, answer):
             await self._wait_for_room()
         return future
 

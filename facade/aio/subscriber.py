@@ -27,7 +27,7 @@ from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.record import Record, RecordBatch
-from bolide.facade.subscriber import Subscriber
+from bolide.facade.subscriber import Subscriber, confirm_read, give_back, poll_step
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
@@ -224,7 +224,7 @@ class AsyncSubscriber:
         polled = held.rest()
         if polled.batch:
             sub = self._sub
-            self._strand.submit(lambda: sub._give_back(polled))
+            self._strand.submit(lambda: give_back(sub, polled))
 
     async def _call(
         self,
@@ -279,7 +279,7 @@ class AsyncSubscriber:
         ``async for``). It runs after the calls made before it, a cancelled poll's undo too."""
         held = self._held
         read = held.read_view() if held is not None else None
-        await self._call(lambda sub: sub._confirm(offset, partition, conn=conn, read=read))
+        await self._call(lambda sub: confirm_read(sub, offset, partition, conn=conn, read=read))
 
     async def committed(self, timeout_s: float = 10.0) -> dict[int, int | None]:
         """The group's confirmed positions (``Subscriber.committed``)."""
@@ -339,15 +339,15 @@ class AsyncSubscriber:
 
 def _first_step(sub: Subscriber) -> Polled:
     # A deadline already past: the step takes what is fetched and never waits.
-    return sub._poll_once(0.0, first=True)
+    return poll_step(sub, first=True)
 
 
 def _next_step(sub: Subscriber) -> Polled:
-    return sub._poll_once(0.0, first=False)
+    return poll_step(sub, first=False)
 
 
 def _give_back(sub: Subscriber, polled: Polled) -> None:
-    sub._give_back(polled)
+    give_back(sub, polled)
 
 
 def _abandon(sub: Subscriber | None) -> None:

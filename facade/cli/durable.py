@@ -14,7 +14,7 @@ from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, clu
 from bolide.facade.config import Cluster
 from bolide.facade.durable import client_backlog, expire_clients
 from bolide.facade.ports import DurableClient, now_ms
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 
 __all__ = ["register"]
 
@@ -41,12 +41,12 @@ def register(subparsers: Any) -> None:
         parser.set_defaults(func=func, parser=parser)
 
 
-def _open(args: argparse.Namespace) -> tuple[Cluster, DurableRegistry]:
+def _open(args: argparse.Namespace) -> tuple[Cluster, SqlDurableRegistry]:
     if not args.db:
         args.parser.error("--db URL is required (or set $BOLIDE_DB)")
     cluster = cluster_from_args(args)
     try:
-        return cluster, DurableRegistry(str(args.db))
+        return cluster, SqlDurableRegistry(str(args.db))
     except (ValueError, TypeError) as error:
         args.parser.error(str(error))
         raise  # pragma: no cover - error() exits

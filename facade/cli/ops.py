@@ -140,12 +140,12 @@ def _database(args: argparse.Namespace, stack: ExitStack) -> tuple[Any, Any]:
     """The history store and the durable registry's ``list`` on ``--db`` (or ``None, None``)."""
     if not args.db:
         return None, None
-    from bolide.stores.durable_registry import DurableRegistry
+    from bolide.stores.durable_registry import SqlDurableRegistry
     from bolide.stores.store import SqlStore
 
     try:
         store = stack.enter_context(SqlStore(str(args.db)))
-        registry = stack.enter_context(DurableRegistry(store))
+        registry = stack.enter_context(SqlDurableRegistry(store))
     except (ValueError, TypeError) as error:
         args.parser.error(str(error))
     checked: HistoryStore = store

@@ -264,62 +264,28 @@ def lag_report(
     described = describe_groups(cluster, named)
     if groups is None and wanted is not None:
         described = [g for g in described if wanted & set(g.streams)]
-    measured: set[str] = set()
-    for g in described:
-        measured.update(g.streams if wanted is None else wanted & set(g.streams))
-    if groups is not None and wanted is not None:
-        measured |= wanted  # asked for both: report them even with nothing committed
     to_archive = set(archived) or (wanted or set())
-    if store is not None:
-        measured |= to_archive
-    if all_streams:
-        measured |= set(counts) if wanted is None else wanted
-    measured &= set(counts)
-    consumer = probe_consumer(cluster)
-    try:
-        starts: dict[tuple[str, int], int] = {}
-        ends: dict[tuple[str, int], int] = {}
-        for stream in sorted(measured):
-            parts = range(counts[stream])
-            for p, o in log_starts(consumer, stream, parts, cluster=cluster).items():
-                starts[(stream, p)] = o
-            for p, o in log_ends(cluster, stream, parts, consumer=consumer).items():
-                ends[(stream, p)] = o
-    finally:
-        consumer.close()
-    rows = []
-    for g in described:
-        topics = g.streams if groups is None or wanted is None else sorted(wanted)
-        for stream in topics:
-            if stream not in measured:
-                continue
-            for p in range(counts[stream]):
-                committed = g.committed.get((stream, p))
-                owner = g.owner(stream, p)
-                rows.append(
-                    PartitionLag(
-                        group=g.group_id,
-                        stream=stream,
-                        partition=p,
-                        committed=committed,
-                        log_start=starts[(stream, p)],
-                        log_end=ends[(stream, p)],
-                        lag=partition_lag(ends[(stream, p)], committed, starts[(stream, p)]),
-                        member_id=owner.member_id if owner else None,
-                        client_id=owner.client_id if owner else None,
-                        host=owner.host if owner else None,
-                    )
-                )
-    archive = []
-    if store is not None:
-        for stream in sorted(to_archive & measured):
-            for p in range(counts[stream]):
-                largest = store.largest_offset(stream, p)
-                start, end = starts[(stream, p)], ends[(stream, p)]
-                position = start if largest is None else max(largest + 1, start)
-                archive.append(
-                    ArchiveLag(stream, p, largest, position, end, partition_lag(end, position))
-                )
+    measured = _measured(
+        described,
+        wanted,
+        counts,
+        asked_groups=groups is not None,
+        archived=to_archive if store is not None else set(),
+        all_streams=all_streams,
+    )
+    starts, ends = _log_bounds(cluster, measured, counts)
+    rows = [
+        row
+        for g in described
+        for row in _group_rows(
+            g, wanted if groups is not None else None, measured, counts, starts, ends
+        )
+    ]
+    archive = (
+        _archive_rows(store, sorted(to_archive & measured), counts, starts, ends)
+        if store is not None
+        else []
+    )
     durable = durable_backlogs(cluster, durable_clients, at_ms=taken_ms)
     return LagReport(
         partitions=tuple(rows),
@@ -330,6 +296,103 @@ def lag_report(
         taken_at=taken_at,
         taken_ms=taken_ms,
     )
+
+
+_Bounds = dict[tuple[str, int], int]
+
+
+def _measured(
+    described: list[GroupInfo],
+    wanted: set[str] | None,
+    counts: dict[str, int],
+    *,
+    asked_groups: bool,
+    archived: set[str],
+    all_streams: bool,
+) -> set[str]:
+    """The streams whose log bounds a report needs (those that exist)."""
+    measured: set[str] = set()
+    for g in described:
+        measured.update(g.streams if wanted is None else wanted & set(g.streams))
+    if asked_groups and wanted is not None:
+        measured |= wanted  # asked for both: report them even with nothing committed
+    measured |= archived
+    if all_streams:
+        measured |= set(counts) if wanted is None else wanted
+    return measured & set(counts)
+
+
+def _log_bounds(
+    cluster: Cluster, measured: set[str], counts: dict[str, int]
+) -> tuple[_Bounds, _Bounds]:
+    """Log start and end offsets of every partition of ``measured``, through one consumer."""
+    consumer = probe_consumer(cluster)
+    starts: _Bounds = {}
+    ends: _Bounds = {}
+    try:
+        for stream in sorted(measured):
+            parts = range(counts[stream])
+            for p, o in log_starts(consumer, stream, parts, cluster=cluster).items():
+                starts[(stream, p)] = o
+            for p, o in log_ends(cluster, stream, parts, consumer=consumer).items():
+                ends[(stream, p)] = o
+    finally:
+        consumer.close()
+    return starts, ends
+
+
+def _group_rows(
+    g: GroupInfo,
+    asked: set[str] | None,
+    measured: set[str],
+    counts: dict[str, int],
+    starts: _Bounds,
+    ends: _Bounds,
+) -> list[PartitionLag]:
+    """One row per partition of the streams group ``g`` reads (or of ``asked``)."""
+    rows = []
+    for stream in g.streams if asked is None else sorted(asked):
+        if stream not in measured:
+            continue
+        for p in range(counts[stream]):
+            committed = g.committed.get((stream, p))
+            owner = g.owner(stream, p)
+            start, end = starts[(stream, p)], ends[(stream, p)]
+            rows.append(
+                PartitionLag(
+                    group=g.group_id,
+                    stream=stream,
+                    partition=p,
+                    committed=committed,
+                    log_start=start,
+                    log_end=end,
+                    lag=partition_lag(end, committed, start),
+                    member_id=owner.member_id if owner else None,
+                    client_id=owner.client_id if owner else None,
+                    host=owner.host if owner else None,
+                )
+            )
+    return rows
+
+
+def _archive_rows(
+    store: HistoryStore,
+    streams: list[str],
+    counts: dict[str, int],
+    starts: _Bounds,
+    ends: _Bounds,
+) -> list[ArchiveLag]:
+    """How far the archive of each partition of ``streams`` is behind Kafka's log end."""
+    archive = []
+    for stream in streams:
+        for p in range(counts[stream]):
+            largest = store.largest_offset(stream, p)
+            start, end = starts[(stream, p)], ends[(stream, p)]
+            position = start if largest is None else max(largest + 1, start)
+            archive.append(
+                ArchiveLag(stream, p, largest, position, end, partition_lag(end, position))
+            )
+    return archive
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 from tests.aio.adapter import SYNC
 from tests.conftest import DATABASES, upgraded_db_url
 
@@ -44,16 +44,16 @@ def sqlite_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def registry(registry_url: str) -> Iterator[DurableRegistry]:
+def registry(registry_url: str) -> Iterator[SqlDurableRegistry]:
     """A registry on SQLite and on PostgreSQL."""
-    with DurableRegistry(registry_url) as reg:
+    with SqlDurableRegistry(registry_url) as reg:
         yield reg
 
 
 @pytest.fixture
-def sqlite_registry(sqlite_url: str) -> Iterator[DurableRegistry]:
+def sqlite_registry(sqlite_url: str) -> Iterator[SqlDurableRegistry]:
     """A registry on a SQLite file."""
-    with DurableRegistry(sqlite_url) as reg:
+    with SqlDurableRegistry(sqlite_url) as reg:
         yield reg
 
 
@@ -125,7 +125,7 @@ def durable(
     for sub in opened:
         sub.close()
         # Closing may reconnect after the registry fixture disposed its engine: dispose again.
-        if isinstance(sub.config.durable_registry, DurableRegistry):
+        if isinstance(sub.config.durable_registry, SqlDurableRegistry):
             sub.config.durable_registry.store.engine.dispose()
         if sub.stream.store is not None:
             sub.stream.store.close()  # type: ignore[attr-defined]

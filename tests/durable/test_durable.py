@@ -25,7 +25,7 @@ from bolide.facade import (
 )
 from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 from tests.aio.adapter import Api
 from tests.durable.conftest import LIVE, Events, publish
 from tests.pubsub.test_sparse_offsets import publish_transactions
@@ -52,7 +52,7 @@ def test_reconnect_replays_exactly_what_was_missed_then_goes_live(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    registry: DurableRegistry,
+    registry: SqlDurableRegistry,
     api: Api,
 ) -> None:
     stream = stream_factory()
@@ -93,7 +93,7 @@ def test_nothing_to_replay_goes_live_on_assignment(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
     api: Api,
 ) -> None:
     stream = stream_factory()
@@ -110,7 +110,7 @@ def test_multi_partition_live_records_wait_for_the_whole_replay(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
     api: Api,
 ) -> None:
     stream = stream_factory(partitions=3, global_order=False)
@@ -140,7 +140,7 @@ def test_keep_alive_false_unregisters_and_drops_the_position(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
     api: Api,
 ) -> None:
     stream = stream_factory()
@@ -162,7 +162,7 @@ def test_timeout_expires_the_queue(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stream = stream_factory()
@@ -197,7 +197,7 @@ def test_two_durable_ids_are_independent(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
 ) -> None:
     stream = stream_factory()
     a_events, b_events = Events(), Events()
@@ -220,7 +220,7 @@ def test_same_durable_id_twice_at_once_is_refused(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    registry: DurableRegistry,
+    registry: SqlDurableRegistry,
 ) -> None:
     stream = stream_factory()
     first = durable(stream, "dup", registry)
@@ -258,7 +258,7 @@ def test_replay_reaches_into_the_sql_history(
     replayed = events.records(replayed=True)
     assert [e[1] for e in replayed] == offsets
     assert [e[3] for e in replayed] == [f"h-{i}".encode() for i in range(30)]
-    assert DurableRegistry(store).get("hist") is not None
+    assert SqlDurableRegistry(store).get("hist") is not None
     store.close()
 
 
@@ -310,7 +310,7 @@ def test_a_killed_client_keeps_its_queue(
     assert kept == {0: first[-1] + 1}  # the queue's position survived the kill
     later = publish(cluster, stream, 20, "b")
 
-    with DurableRegistry(sqlite_url) as registry:
+    with SqlDurableRegistry(sqlite_url) as registry:
         row = registry.get("crash")
         assert row is not None and row.owner is not None  # never released
         events = Events()
@@ -332,7 +332,7 @@ def test_closing_a_receiver_mid_batch_loses_nothing(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
 ) -> None:
     stream = stream_factory()
     offsets = publish(cluster, stream, 400, "r")
@@ -365,7 +365,7 @@ def test_replay_ending_on_transaction_markers_goes_live_without_a_live_record(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
     durable: Factory,
-    sqlite_registry: DurableRegistry,
+    sqlite_registry: SqlDurableRegistry,
 ) -> None:
     stream = stream_factory()
     publish_transactions(cluster, stream, count=2, size=3)  # offsets 0-2, 4-6; markers 3, 7

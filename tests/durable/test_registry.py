@@ -14,10 +14,10 @@ from bolide.facade import DurableClientBusyError, StoreError
 from bolide.stores import SqlStore
 from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
 from bolide.stores._schema import VERSION_TABLE
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 
 
-def _register(reg: DurableRegistry, owner: str, *, timeout_s: float = 60, lease_ms: int = 5_000):
+def _register(reg: SqlDurableRegistry, owner: str, *, timeout_s: float = 60, lease_ms: int = 5_000):
     return reg.register(
         "c1",
         group_id="bolide-durable-c1",
@@ -28,7 +28,7 @@ def _register(reg: DurableRegistry, owner: str, *, timeout_s: float = 60, lease_
     )
 
 
-def test_new_then_busy_then_resumed(registry: DurableRegistry) -> None:
+def test_new_then_busy_then_resumed(registry: SqlDurableRegistry) -> None:
     claim = _register(registry, "a")
     assert claim.state == "new" and claim.previous is None
     assert claim.client.connected and claim.client.owner == "a" and claim.client.connections == 1
@@ -42,7 +42,7 @@ def test_new_then_busy_then_resumed(registry: DurableRegistry) -> None:
     assert again.previous is not None and again.previous.owner is None
 
 
-def test_lapsed_lease_frees_the_id(registry: DurableRegistry) -> None:
+def test_lapsed_lease_frees_the_id(registry: SqlDurableRegistry) -> None:
     _register(registry, "killed", lease_ms=200)  # never renewed, never released
     with pytest.raises(DurableClientBusyError):
         _register(registry, "b")
@@ -55,7 +55,7 @@ def test_lapsed_lease_frees_the_id(registry: DurableRegistry) -> None:
     assert registry.touch("c1", "b", 5_000)
 
 
-def test_expired_after_timeout_drops_the_marker(registry: DurableRegistry) -> None:
+def test_expired_after_timeout_drops_the_marker(registry: SqlDurableRegistry) -> None:
     _register(registry, "a", timeout_s=0.2)
     registry.mark("c1", "s", {0: 10, 1: 20})
     assert registry.get("c1").markers == {"s": {0: 10, 1: 20}}  # type: ignore[union-attr]
@@ -68,7 +68,7 @@ def test_expired_after_timeout_drops_the_marker(registry: DurableRegistry) -> No
     assert claim.client.markers == {}
 
 
-def test_expire_forgets_only_clients_away_past_their_timeout(registry: DurableRegistry) -> None:
+def test_expire_forgets_only_clients_away_past_their_timeout(registry: SqlDurableRegistry) -> None:
     for durable_id, timeout in (("gone", 0.2), ("kept", 60.0), ("online", 0.2)):
         registry.register(
             durable_id,
@@ -89,7 +89,7 @@ def test_expire_forgets_only_clients_away_past_their_timeout(registry: DurableRe
     assert registry.expire() == []
 
 
-def test_unregister_needs_the_owner_when_given(registry: DurableRegistry) -> None:
+def test_unregister_needs_the_owner_when_given(registry: SqlDurableRegistry) -> None:
     _register(registry, "a")
     registry.mark("c1", "s", {0: 5})
     assert not registry.unregister("c1", "someone-else")
@@ -99,7 +99,7 @@ def test_unregister_needs_the_owner_when_given(registry: DurableRegistry) -> Non
     assert not registry.unregister("c1")
 
 
-def test_streams_accumulate(registry: DurableRegistry) -> None:
+def test_streams_accumulate(registry: SqlDurableRegistry) -> None:
     _register(registry, "a")
     registry.release("c1", "a")
     registry.register(
@@ -110,11 +110,11 @@ def test_streams_accumulate(registry: DurableRegistry) -> None:
 
 
 def test_concurrent_claims_have_one_winner(registry_url: str) -> None:
-    registries = [DurableRegistry(registry_url) for _ in range(4)]
+    registries = [SqlDurableRegistry(registry_url) for _ in range(4)]
     outcomes: list[str] = []
     barrier = threading.Barrier(len(registries))
 
-    def claim(reg: DurableRegistry, owner: str) -> None:
+    def claim(reg: SqlDurableRegistry, owner: str) -> None:
         barrier.wait()
         try:
             _register(reg, owner)
@@ -136,8 +136,8 @@ def test_concurrent_claims_have_one_winner(registry_url: str) -> None:
 
 def test_bad_arguments(sqlite_url: str) -> None:
     with pytest.raises(TypeError, match="store_or_url"):
-        DurableRegistry(42)  # type: ignore[arg-type]
-    with DurableRegistry(sqlite_url) as reg, pytest.raises(ValueError, match="durable_id"):
+        SqlDurableRegistry(42)  # type: ignore[arg-type]
+    with SqlDurableRegistry(sqlite_url) as reg, pytest.raises(ValueError, match="durable_id"):
         reg.register("", group_id="g", stream="s", timeout_s=1, owner="o", lease_ms=1)
 
 
@@ -145,7 +145,7 @@ def test_schema_behind_names_the_upgrade_command(tmp_path) -> None:  # type: ign
     url = f"sqlite:///{tmp_path / 'old.db'}"
     with SqlStore(url) as store:
         store.upgrade("0001")
-        reg = DurableRegistry(store)
+        reg = SqlDurableRegistry(store)
         with pytest.raises(StoreError, match="bolide db upgrade"):
             reg.list()
 

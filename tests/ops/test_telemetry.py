@@ -37,7 +37,7 @@ from bolide.facade import (
     telemetry,
 )
 from bolide.stores import Archiver, SqlStore
-from bolide.stores.durable_registry import DurableRegistry
+from bolide.stores.durable_registry import SqlDurableRegistry
 from tests.conftest import eventually, upgraded_db_url
 from tests.durable.conftest import Events
 from tests.ops.conftest import LEASE_MS, publish
@@ -309,7 +309,7 @@ def test_archive_lag_and_durable_backlog_gauges(
     sub.poll(100)
     sub.close()
     publish(cluster, stream, 7, start=5)
-    with DurableRegistry(url) as registry:
+    with SqlDurableRegistry(url) as registry:
         telemetry.watch_durable(cluster, registry.list)
         try:
             backlog = otel.points("bolide.durable.backlog")

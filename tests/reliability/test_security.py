@@ -30,7 +30,7 @@ from bolide.facade import (
 )
 from bolide.facade.cli.main import main
 from bolide.facade.kafka import ensure_topic
-from bolide.stores import Archiver, DurableRegistry, SqlStore
+from bolide.stores import Archiver, SqlDurableRegistry, SqlStore
 from tests.reliability.conftest import LEASE_MS, PG_ADMIN_URL, make_db_url
 
 pytestmark = pytest.mark.reliability
@@ -118,7 +118,7 @@ def test_database_password_never_in_logs_errors_or_repr(tmp_path: Path, caplog, 
                 conn.execute(sa.text("SELECT no_such_column FROM no_such_table"))
         except sa.exc.SQLAlchemyError:
             pass  # the raw driver error is SQLAlchemy's; bolide's own errors are below
-    texts.append(repr(DurableRegistry(unreachable)))
+    texts.append(repr(SqlDurableRegistry(unreachable)))
     with pytest.raises(BolideError) as caught:
         SqlStore(unreachable).current()
     texts += [caught.value, repr(caught.value)]
