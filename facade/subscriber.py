@@ -134,15 +134,8 @@ class Subscriber(Closing):
         # A durable client (GemFire): registry claim, expiry, marker; see bolide.facade.durable.
         self._durable: DurableSession | None = None
         if config.durable_id is not None:
-            host = SessionHost(
-                self._consumer,
-                self.topic,
-                self._assigned,
-                self._positions,
-                self._pending,
-                self._report,
-                self._lock,
-            )
+            parts = (self._assigned, self._positions, self._pending, self._report, self._lock)
+            host = SessionHost(self._consumer, self.topic, *parts)
             self._durable = DurableSession(host, cluster, config, self.partitions)
         self._fetcher = Fetcher(
             cluster,
@@ -156,18 +149,7 @@ class Subscriber(Closing):
             pending=self._pending,
         )
         try:
-            if self._durable is not None:
-                self._durable.connect()
-            confirms, every = self._confirms, range(self.partitions)
-            if self.grouped:
-                if self.scheme is InitialOffsetScheme.NONE:
-                    stored = confirms.stored(every) if confirms.keeps_positions else None
-                    self._positions.require_confirmed(self.group_id, stored)
-                self._subscribe()
-            else:
-                stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
-                positions = self._positions
-                positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
+            self._start()
         except BaseException:
             try:
                 if self._durable is not None:
@@ -179,6 +161,21 @@ class Subscriber(Closing):
             TELEMETRY.watch(self)
 
     # -- setup ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """Claim the durable id, then join the group or assign every partition."""
+        if self._durable is not None:
+            self._durable.connect()
+        confirms, every = self._confirms, range(self.partitions)
+        if self.grouped:
+            if self.scheme is InitialOffsetScheme.NONE:
+                stored = confirms.stored(every) if confirms.keeps_positions else None
+                self._positions.require_confirmed(self.group_id, stored)
+            self._subscribe()
+        else:
+            stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
+            positions = self._positions
+            positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
 
     def _subscribe(self) -> None:
         self._consumer.subscribe(

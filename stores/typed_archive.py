@@ -374,28 +374,91 @@ def write_typed(
 ) -> int:
     """Write the decoded fields of ``records`` into the stream's typed table.
 
-    Meant to run inside the caller's transaction (the archiver's), beside the raw archive.
-    Records whose payload does not decode are skipped with a warning: their raw bytes are
-    still in the raw archive. So are rows the database refuses: each attempt runs in a
-    savepoint, so a refusal never aborts the caller's transaction.
+    Runs inside the caller's transaction (the archiver's), beside the raw archive. Records
+    that do not decode, and rows the database refuses (each in a savepoint, so the caller's
+    transaction survives), are skipped with a warning: the raw archive keeps them.
 
     Args:
         connection: A connection in a transaction; DDL and rows commit or roll back with it.
         stream: The stream the records belong to.
         records: Records with ``partition`` and ``offset`` set.
         serde: The stream's serde (an ``AvroSerde``).
-        on_reject: Told of the records whose rows the database refused; a warning is logged
-            when unset.
+        on_reject: Told of the records whose rows the database refused (default: a warning).
 
     Returns:
         How many rows were inserted (rows already present are skipped).
 
     Raises:
         StoreError: Retriable: the schema registry is away (nothing is skipped).
-        sqlalchemy.exc.SQLAlchemyError: The database failed in a way worth retrying (the
-            database is away, busy or locked): retry the whole transaction.
+        sqlalchemy.exc.SQLAlchemyError: The database is away, busy or locked: retry the
+            whole transaction.
     """
-    rows: dict[tuple[int, int], tuple[Record, dict[str, Any], list[_Field]]] = {}
+    rows = _decoded_rows(stream, records, serde)
+    if not rows:
+        return 0
+
+    reject = on_reject if on_reject is not None else _warn
+    table_name = typed_table_name(stream)
+    pairs = {(f.name, f.kind) for _, _, fields in rows.values() for f in fields}
+    dialect_of(connection).begin(connection)  # savepoints nest inside it
+    try:
+        with connection.begin_nested():
+            columns = _ensure_table(connection, table_name, pairs)
+    except exc.SQLAlchemyError as error:
+        if _retriable(error):
+            raise
+        recs = [rec for rec, _, _ in rows.values()]
+        reject(recs, _table_refused(stream, table_name, len(recs), error))
+        return 0
+    table, items = _table_rows(table_name, columns, rows)
+    insert = (
+        dialect_of(connection)
+        .insert_ignoring(table, [table.c.kafka_partition, table.c.kafka_offset])
+        .returning(table.c.kafka_offset)
+    )
+
+    def refused(rec: Record, error: exc.SQLAlchemyError) -> None:
+        reject([rec], _row_refused(stream, rec, error))
+
+    return _insert_isolating(connection, insert, items, refused)
+
+
+def _warn(_records: list[Record], error: StoreError) -> None:
+    log.warning("%s", error)
+
+
+def _table_refused(stream: str, table: str, count: int, error: exc.SQLAlchemyError) -> StoreError:
+    return StoreError(
+        f"typed archive of {stream!r}: the database cannot create or widen {table}, {count} "
+        f"records left out of it (the raw archive keeps them): {_describe(error)}",
+        stream=stream,
+        retriable=False,
+    )
+
+
+def _row_refused(stream: str, rec: Record, error: exc.SQLAlchemyError) -> StoreError:
+    return StoreError(
+        f"typed archive of {stream!r}: the database refused the row at partition "
+        f"{rec.partition}, offset {rec.offset} (the raw archive keeps the record): "
+        f"{_describe(error)}",
+        stream=stream,
+        partition=rec.partition,
+        offset=rec.offset,
+        retriable=False,
+    )
+
+
+_Decoded = dict[tuple[int, int], tuple[Record, dict[str, Any], list["_Field"]]]
+
+
+def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> _Decoded:
+    """Each record's key columns and decoded value, by (partition, offset); records that do
+    not decode are skipped with a warning (the raw archive keeps them).
+
+    Raises:
+        StoreError: Retriable: the schema registry is away (nothing is skipped).
+    """
+    rows: _Decoded = {}
     by_schema: dict[int, list[_Field]] = {}
     skipped = 0
     for rec in records:
@@ -429,36 +492,13 @@ def write_typed(
         rows.setdefault((rec.partition, rec.offset), (rec, key_row, fields))
     if skipped:
         log.warning("typed archive of %r skipped %d records that do not decode", stream, skipped)
-    if not rows:
-        return 0
+    return rows
 
-    def reject(recs: list[Record], error: StoreError) -> None:
-        if on_reject is None:
-            log.warning("%s", error)
-        else:
-            on_reject(recs, error)
 
-    table_name = typed_table_name(stream)
-    pairs = {(f.name, f.kind) for _, _, fields in rows.values() for f in fields}
-    dialect_of(connection).begin(connection)  # savepoints nest inside it
-    try:
-        with connection.begin_nested():
-            columns = _ensure_table(connection, table_name, pairs)
-    except exc.SQLAlchemyError as error:
-        if _retriable(error):
-            raise
-        recs = [rec for rec, _, _ in rows.values()]
-        reject(
-            recs,
-            StoreError(
-                f"typed archive of {stream!r}: the database cannot create or widen "
-                f"{table_name}, {len(recs)} records left out of it (the raw archive keeps "
-                f"them): {_describe(error)}",
-                stream=stream,
-                retriable=False,
-            ),
-        )
-        return 0
+def _table_rows(
+    table_name: str, columns: dict[tuple[str, str], str], rows: _Decoded
+) -> tuple[sa.Table, list[tuple[Record, dict[str, Any]]]]:
+    """The typed table as it stands, and each record's row for it (absent fields NULL)."""
     types = {column: _SQL_TYPES[kind] for (_, kind), column in columns.items()}
     items: list[tuple[Record, dict[str, Any]]] = []
     for rec, row, fields in rows.values():
@@ -468,27 +508,7 @@ def write_typed(
             out[columns[(f.name, f.kind)]] = _value(_pick(value, f.path), f.kind)
         items.append((rec, out))
     table = _key_table(table_name, *(sa.Column(c, t) for c, t in sorted(types.items())))
-    insert = (
-        dialect_of(connection)
-        .insert_ignoring(table, [table.c.kafka_partition, table.c.kafka_offset])
-        .returning(table.c.kafka_offset)
-    )
-
-    def refused(rec: Record, error: exc.SQLAlchemyError) -> None:
-        reject(
-            [rec],
-            StoreError(
-                f"typed archive of {stream!r}: the database refused the row at partition "
-                f"{rec.partition}, offset {rec.offset} (the raw archive keeps the record): "
-                f"{_describe(error)}",
-                stream=stream,
-                partition=rec.partition,
-                offset=rec.offset,
-                retriable=False,
-            ),
-        )
-
-    return _insert_isolating(connection, insert, items, refused)
+    return table, items
 
 
 def _insert_isolating(
