@@ -83,62 +83,24 @@ class SqlDurableRegistry(Closing):
             StoreError: The database failed or its schema is behind.
         """
         _check_id(durable_id)
+        wanted = dict(
+            group_id=group_id,
+            timeout_s=float(timeout_s),
+            connected=True,
+            owner=owner,
+        )
 
         def claim() -> Claim:
             now = now_ms()
             with self.store.engine.begin() as conn:
                 before = _get(conn, durable_id, now)
                 if before is None:
-                    _insert_client(
-                        conn,
-                        dict(
-                            durable_id=durable_id,
-                            group_id=group_id,
-                            streams=json.dumps([stream]),
-                            timeout_s=float(timeout_s),
-                            created_ms=now,
-                            last_seen_ms=now,
-                            connected=True,
-                            owner=owner,
-                            lease_until_ms=now + lease_ms,
-                            connections=1,
-                        ),
-                    )
+                    row = dict(wanted, durable_id=durable_id, streams=json.dumps([stream]))
+                    row.update(created_ms=now, last_seen_ms=now, connections=1)
+                    _insert_client(conn, dict(row, lease_until_ms=now + lease_ms))
                     state: ClaimState = "new"
                 else:
-                    if before.connected:
-                        raise _busy(before, now)
-                    state = "expired" if before.expired(now) else "resumed"
-                    streams = list(before.streams)
-                    if stream not in streams:
-                        streams.append(stream)
-                    c = DURABLE_CLIENTS.c
-                    # The connection count is the row's version: a concurrent claim wins once.
-                    done = conn.execute(
-                        DURABLE_CLIENTS.update()
-                        .where(c.durable_id == durable_id, c.connections == before.connections)
-                        .values(
-                            group_id=group_id,
-                            streams=json.dumps(streams),
-                            timeout_s=float(timeout_s),
-                            last_seen_ms=now,
-                            connected=True,
-                            owner=owner,
-                            lease_until_ms=now + lease_ms,
-                            connections=before.connections + 1,
-                        )
-                    )
-                    if done.rowcount != 1:
-                        raise DurableClientBusyError(
-                            f"durable client {durable_id!r} was claimed by another connection "
-                            "at the same moment"
-                        )
-                    if state == "expired":
-                        conn.execute(
-                            DURABLE_MARKERS.delete().where(
-                                DURABLE_MARKERS.c.durable_id == durable_id
-                            )
-                        )
+                    state = _reclaim(conn, before, stream, wanted, now, lease_ms)
                 after = _get(conn, durable_id, now)
                 assert after is not None
                 return Claim(after, state, before)
@@ -327,6 +289,50 @@ def _busy(client: DurableClient, now: int) -> DurableClientBusyError:
         f"{(now - client.last_seen_ms) / 1000:.1f}s ago); a crashed connection's claim lapses "
         f"within {lapse:.1f}s"
     )
+
+
+def _reclaim(
+    conn: Connection,
+    before: DurableClient,
+    stream: str,
+    wanted: dict[str, Any],
+    now: int,
+    lease_ms: int,
+) -> ClaimState:
+    """Claim a known client again: ``"expired"`` (its marker dropped) or ``"resumed"``.
+
+    Raises:
+        DurableClientBusyError: Another owner holds it, or claimed it at the same moment.
+    """
+    if before.connected:
+        raise _busy(before, now)
+    state: ClaimState = "expired" if before.expired(now) else "resumed"
+    streams = list(before.streams)
+    if stream not in streams:
+        streams.append(stream)
+    c = DURABLE_CLIENTS.c
+    # The connection count is the row's version: a concurrent claim wins once.
+    done = conn.execute(
+        DURABLE_CLIENTS.update()
+        .where(c.durable_id == before.durable_id, c.connections == before.connections)
+        .values(
+            **wanted,
+            streams=json.dumps(streams),
+            last_seen_ms=now,
+            lease_until_ms=now + lease_ms,
+            connections=before.connections + 1,
+        )
+    )
+    if done.rowcount != 1:
+        raise DurableClientBusyError(
+            f"durable client {before.durable_id!r} was claimed by another connection "
+            "at the same moment"
+        )
+    if state == "expired":
+        conn.execute(
+            DURABLE_MARKERS.delete().where(DURABLE_MARKERS.c.durable_id == before.durable_id)
+        )
+    return state
 
 
 def _get(conn: Connection, durable_id: str, now: int) -> DurableClient | None:

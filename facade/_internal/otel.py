@@ -122,12 +122,6 @@ class Instrumentation:
             if meter_provider is not None
             else metrics.get_meter(name, ver)
         )
-        meter.create_observable_counter(
-            "messaging.client.sent.messages",
-            [self.sent.observe],
-            unit="{message}",
-            description="Number of messages producer attempted to send to the broker.",
-        )
         self.send_duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
@@ -135,17 +129,28 @@ class Instrumentation:
             "client (send: until the broker acknowledged).",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
-        meter.create_observable_counter(
-            "messaging.client.consumed.messages",
-            [self.consumed.observe],
-            unit="{message}",
-            description="Number of messages that were delivered to the application.",
-        )
         self.process_duration = meter.create_histogram(
             "messaging.process.duration",
             unit="s",
             description="Duration of processing operation (a receiver's handler).",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+        self._observe(meter)
+        self._propagator = propagate.get_global_textmap()
+
+    def _observe(self, meter: Meter) -> None:
+        """The counters and gauges read when the meter collects."""
+        meter.create_observable_counter(
+            "messaging.client.sent.messages",
+            [self.sent.observe],
+            unit="{message}",
+            description="Number of messages producer attempted to send to the broker.",
+        )
+        meter.create_observable_counter(
+            "messaging.client.consumed.messages",
+            [self.consumed.observe],
+            unit="{message}",
+            description="Number of messages that were delivered to the application.",
         )
         meter.create_observable_counter(
             "bolide.consumer.confirmed.messages",
@@ -183,7 +188,6 @@ class Instrumentation:
             unit="{message}",
             description="Records waiting for a durable client (replayed when it reconnects).",
         )
-        self._propagator = propagate.get_global_textmap()
 
     def live(self) -> bool:
         """True once a provider that records is in place (given, or set globally).

@@ -274,18 +274,12 @@ def lag_report(
         all_streams=all_streams,
     )
     starts, ends = _log_bounds(cluster, measured, counts)
-    rows = [
-        row
-        for g in described
-        for row in _group_rows(
-            g, wanted if groups is not None else None, measured, counts, starts, ends
-        )
-    ]
-    archive = (
-        _archive_rows(store, sorted(to_archive & measured), counts, starts, ends)
-        if store is not None
-        else []
-    )
+    bounds = (measured, counts, starts, ends)
+    asked = wanted if groups is not None else None
+    rows = [row for g in described for row in _group_rows(g, asked, *bounds)]
+    archive = []
+    if store is not None:
+        archive = _archive_rows(store, sorted(to_archive & measured), *bounds[1:])
     durable = durable_backlogs(cluster, durable_clients, at_ms=taken_ms)
     return LagReport(
         partitions=tuple(rows),
