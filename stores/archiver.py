@@ -125,24 +125,7 @@ class Archiver:
         serdes: Mapping[str, Any] | None = None,
         error_handler: ErrorHandler | None = None,
     ) -> None:
-        if not isinstance(cluster, Cluster):
-            raise TypeError("cluster must be a Cluster")
-        if not isinstance(store, HistoryStore):
-            raise TypeError("store must implement HistoryStore (e.g. SqlStore)")
-        if isinstance(streams, StreamConfig) or not streams:
-            raise ValueError("streams must be a non-empty list of StreamConfig")
-        for stream in streams:
-            if not isinstance(stream, StreamConfig):
-                raise TypeError(f"streams must hold StreamConfig, not {type(stream).__name__}")
-            if stream.store is not None and not _same_store(stream.store, store):
-                raise ValueError(f"stream {stream.name!r} has another store than the archiver's")
-        if not isinstance(group, str) or not group:
-            raise ValueError("group must be a non-empty string")
-        check_int("batch_size", batch_size, minimum=1)
-        if progress is not None and not callable(progress):
-            raise TypeError("progress must be callable")
-        if error_handler is not None and not callable(error_handler):
-            raise TypeError("error_handler must be callable")
+        _check_arguments(cluster, store, streams, group, batch_size, progress, error_handler)
         self.serdes = dict(serdes or {})
         unknown = set(self.serdes) - {s.name for s in streams}
         if unknown:
@@ -254,20 +237,7 @@ class Archiver:
         Returns:
             The final statistics.
         """
-        settings = self.cluster.settings
-        consumer = Consumer(
-            self.cluster.client_config(
-                CONSUMER_DEFAULTS,
-                # The cluster's own settings win over the archiver's defaults.
-                {k: v for k, v in ARCHIVER_CONSUMER_DEFAULTS.items() if k not in settings},
-                {
-                    "group.id": self.group,
-                    "client.id": f"bolide-archiver-{self.group}",
-                    "on_commit": _log_commit_errors,
-                },
-                self._consumer_config,
-            )
-        )
+        consumer = self._new_consumer()
         started = time.monotonic()
         meter = _Meter(started)
         self._running = True
@@ -314,6 +284,23 @@ class Archiver:
                 consumer.close()
             self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
         return self.stats
+
+    def _new_consumer(self) -> Consumer:
+        """The group member that reads the streams (the cluster's settings win over the
+        archiver's defaults, ``consumer_config`` over both)."""
+        settings = self.cluster.settings
+        return Consumer(
+            self.cluster.client_config(
+                CONSUMER_DEFAULTS,
+                {k: v for k, v in ARCHIVER_CONSUMER_DEFAULTS.items() if k not in settings},
+                {
+                    "group.id": self.group,
+                    "client.id": f"bolide-archiver-{self.group}",
+                    "on_commit": _log_commit_errors,
+                },
+                self._consumer_config,
+            )
+        )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._held.update((tp.topic, tp.partition) for tp in partitions)
@@ -604,6 +591,36 @@ def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition])
 
 def _reached(positions: dict[_TP, int], target: dict[_TP, int]) -> bool:
     return all(positions.get(tp, 0) >= end for tp, end in target.items())
+
+
+def _check_arguments(
+    cluster: object,
+    store: object,
+    streams: Sequence[object],
+    group: object,
+    batch_size: object,
+    progress: object,
+    error_handler: object,
+) -> None:
+    """Refuse bad ``Archiver`` arguments with a typed error, before anything is touched."""
+    if not isinstance(cluster, Cluster):
+        raise TypeError("cluster must be a Cluster")
+    if not isinstance(store, HistoryStore):
+        raise TypeError("store must implement HistoryStore (e.g. SqlStore)")
+    if isinstance(streams, StreamConfig) or not streams:
+        raise ValueError("streams must be a non-empty list of StreamConfig")
+    for stream in streams:
+        if not isinstance(stream, StreamConfig):
+            raise TypeError(f"streams must hold StreamConfig, not {type(stream).__name__}")
+        if stream.store is not None and not _same_store(stream.store, store):
+            raise ValueError(f"stream {stream.name!r} has another store than the archiver's")
+    if not isinstance(group, str) or not group:
+        raise ValueError("group must be a non-empty string")
+    check_int("batch_size", batch_size, minimum=1)
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable")
+    if error_handler is not None and not callable(error_handler):
+        raise TypeError("error_handler must be callable")
 
 
 def _same_store(a: HistoryStore, b: HistoryStore) -> bool:
