@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bolide.facade.cli.common import (
     add_cluster_arguments,
@@ -29,6 +29,10 @@ from bolide.facade.cli.common import (
 from bolide.facade.errors import SerializationError
 from bolide.facade.ops.text import render_bytes
 
+if TYPE_CHECKING:
+    from bolide.facade.config import Cluster
+    from bolide.facade.subscriber import Subscriber
+
 __all__ = ["parse_time_ms", "register"]
 
 log = logging.getLogger("bolide.cli")
@@ -36,6 +40,11 @@ log = logging.getLogger("bolide.cli")
 
 def register(subparsers: Any) -> None:
     """Add ``bolide publish`` and ``bolide tail``."""
+    _register_publish(subparsers)
+    _register_tail(subparsers)
+
+
+def _register_publish(subparsers: Any) -> None:
     pub = subparsers.add_parser(
         "publish",
         help="publish records to a stream (kcat -P)",
@@ -76,6 +85,8 @@ def register(subparsers: Any) -> None:
     pub.add_argument("--json", action="store_true", help="print one JSON object per record")
     pub.set_defaults(func=_publish, parser=pub)
 
+
+def _register_tail(subparsers: Any) -> None:
     tail = subparsers.add_parser(
         "tail",
         help="print records of a stream (kcat -C)",
@@ -291,32 +302,9 @@ def parse_time_ms(text: str) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     from bolide.facade.config import InitialOffsetScheme, SubscriberConfig
-    from bolide.facade.kafka import log_ends, log_starts, offsets_for_time, probe_consumer
     from bolide.facade.subscriber import Subscriber
 
-    chosen = (
-        args.from_beginning,
-        args.from_offset is not None,
-        args.from_time is not None,
-        args.last is not None,
-    )
-    if args.group is not None and (any(chosen) or args.exit_at_end):
-        args.parser.error(
-            "--group resumes from the group's confirmed offsets: it takes no --from-* "
-            "or --exit-at-end"
-        )
-    for name in ("count", "from_offset", "partition", "last"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            args.parser.error(f"--{name.replace('_', '-')} must be >= 0")
-    if args.lease_timeout_ms < 1_000:
-        args.parser.error("--lease-timeout-ms must be at least 1000")
-    when = None
-    if args.from_time is not None:
-        try:
-            when = parse_time_ms(args.from_time)
-        except ValueError as exc:
-            args.parser.error(str(exc))
+    when = _check_tail_args(args)
     cluster = cluster_from_args(args)
     serde = _serde(args)
     stream = _stream(args, cluster, None, create=False)
@@ -334,33 +322,7 @@ def _tail(args: argparse.Namespace) -> int:
         lease_timeout_ms=args.lease_timeout_ms,
     )
     with Subscriber(cluster, config) as sub:
-        # Where each partition starts, and where it ends now (for --exit-at-end).
-        ends = log_ends(cluster, stream.name, parts) if args.exit_at_end else {}
-        starts = dict(ends)
-        if args.from_offset is not None:
-            starts = {p: min(args.from_offset, ends.get(p, args.from_offset)) for p in parts}
-            for p in parts:
-                sub.seek(args.from_offset, partition=p)
-        elif when is not None:
-            starts = offsets_for_time(cluster, stream.name, parts, when)
-            for p, offset in starts.items():
-                sub.seek(offset, partition=p)
-        elif args.last is not None:
-            last_ends = ends or log_ends(cluster, stream.name, parts)
-            consumer = probe_consumer(cluster)
-            try:
-                firsts = log_starts(consumer, stream.name, parts, cluster=cluster)
-            finally:
-                consumer.close()
-            starts = {p: max(firsts[p], last_ends[p] - args.last) for p in parts}
-            for p, offset in starts.items():
-                sub.seek(offset, partition=p)
-        elif args.from_beginning and ends:
-            consumer = probe_consumer(cluster)
-            try:
-                starts = log_starts(consumer, stream.name, parts, cluster=cluster)
-            finally:
-                consumer.close()
+        starts, ends = _tail_bounds(args, cluster, sub, stream.name, parts, when)
         log.info(
             "tailing %s at %s from %s%s",
             stream.name,
@@ -369,6 +331,72 @@ def _tail(args: argparse.Namespace) -> int:
             f" to {ends}" if ends else "",
         )
         return _print_records(args, sub, serde, starts, ends)
+
+
+def _check_tail_args(args: argparse.Namespace) -> int | None:
+    """Refuse contradictory or negative ``tail`` options (exit 2); the ``--from-time`` in
+    epoch milliseconds, if given."""
+    chosen = (
+        args.from_beginning,
+        args.from_offset is not None,
+        args.from_time is not None,
+        args.last is not None,
+    )
+    if args.group is not None and (any(chosen) or args.exit_at_end):
+        args.parser.error(
+            "--group resumes from the group's confirmed offsets: it takes no --from-* "
+            "or --exit-at-end"
+        )
+    for name in ("count", "from_offset", "partition", "last"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            args.parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.lease_timeout_ms < 1_000:
+        args.parser.error("--lease-timeout-ms must be at least 1000")
+    if args.from_time is None:
+        return None
+    try:
+        return parse_time_ms(args.from_time)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    return None  # not reached: error() exits
+
+
+def _tail_bounds(
+    args: argparse.Namespace,
+    cluster: Cluster,
+    sub: Subscriber,
+    name: str,
+    parts: list[int],
+    when: int | None,
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Seek ``sub`` where the options start; return where each partition starts and where it
+    ends now (for ``--exit-at-end``)."""
+    from bolide.facade.kafka import log_ends, log_starts, offsets_for_time, probe_consumer
+
+    ends = log_ends(cluster, name, parts) if args.exit_at_end else {}
+    starts = dict(ends)
+    if args.from_offset is not None:
+        starts = {p: min(args.from_offset, ends.get(p, args.from_offset)) for p in parts}
+        for p in parts:
+            sub.seek(args.from_offset, partition=p)
+    elif when is not None:
+        starts = offsets_for_time(cluster, name, parts, when)
+        for p, offset in starts.items():
+            sub.seek(offset, partition=p)
+    elif args.last is not None or (args.from_beginning and ends):
+        consumer = probe_consumer(cluster)
+        try:
+            firsts = log_starts(consumer, name, parts, cluster=cluster)
+        finally:
+            consumer.close()
+        starts = firsts
+        if args.last is not None:
+            last_ends = ends or log_ends(cluster, name, parts)
+            starts = {p: max(firsts[p], last_ends[p] - args.last) for p in parts}
+            for p, offset in starts.items():
+                sub.seek(offset, partition=p)
+    return starts, ends
 
 
 def _print_records(
