@@ -147,7 +147,9 @@ def test_grouped_confirms_every_stream_and_a_new_member_goes_on_from_there(
         )
         assert sub.is_assigned()
         eventually(lambda: sub.is_assigned() and len(assigned) >= 2, 30)
-        assert sorted(assigned) == sorted([(a.name, 0), (b.name, 0)]), "(stream, partition)"
+        # (stream, partition) pairs; a member joining after another one's first assignment
+        # rebalances the group, so a stream may be assigned twice.
+        assert set(assigned) == {(a.name, 0), (b.name, 0)}, "(stream, partition)"
         sub.confirm()
         eventually(lambda: sub.committed(stream=a.name) == {0: 5}, 30)
         eventually(lambda: sub.committed(stream=b.name) == {0: 3}, 30)
