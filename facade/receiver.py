@@ -35,6 +35,7 @@ __all__ = [
     "RecordHandler",
     "Retry",
     "RevokeListener",
+    "StreamReader",
 ]
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,8 @@ RevokeListener: TypeAlias = Callable[[list[int], bool], None]
 ConfirmLimit: TypeAlias = Callable[[dict[int, int], int | None], dict[int, int]]
 
 
-class ReceiverHost(Protocol):
-    """What a receiver sees of its subscriber, and all it sees: ``Subscriber.attach_receiver``
-    hands one to the receiver it starts.
+class StreamReader(Protocol):
+    """The public side of a subscriber of one stream.
 
     Attributes:
         topic: The stream's topic.
@@ -153,6 +153,11 @@ class ReceiverHost(Protocol):
     def poll(self, timeout_ms: int) -> RecordBatch:
         """The subscriber's ``poll``."""
         ...
+
+
+class ReceiverHost(StreamReader, Protocol):
+    """What a receiver sees of its subscriber, and all it sees: ``Subscriber.attach_receiver``
+    hands one to the receiver it starts."""
 
     def serve(self) -> None:
         """Call the consumer without taking records: rebalances run, the lease holds."""

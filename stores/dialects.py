@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -35,16 +36,33 @@ class SqlDialect:
     #: The JDBC driver class Spark loads to read the store.
     jdbc_driver: str
 
+    def __init__(
+        self,
+        insert: Callable[[sa.Table], Any],
+        bulk_statement: str,
+        bulk: Callable[[Any, list[RecordRow], list[HeaderRow]], int],
+    ) -> None:
+        """``insert``: SQLAlchemy's insert of this database (it has ``on_conflict_do_nothing``);
+        ``bulk``: the driver-level bulk path, which runs ``bulk_statement`` for the records."""
+        self._insert = insert
+        self._bulk_statement = bulk_statement
+        self._bulk = bulk
+
     def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
         """``INSERT ... ON CONFLICT (keys) DO NOTHING``: stored rows are skipped, not errors."""
-        raise NotImplementedError
+        return self._insert(table).on_conflict_do_nothing(index_elements=keys)
 
     def insert_rows(
         self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
     ) -> int:
         """The archiver's bulk path: insert ``records`` and their ``headers`` in the caller's
         transaction, skipping stored records; returns how many were new."""
-        raise NotImplementedError
+        if not records:
+            return 0
+        bulk = self._bulk
+        return _inserts.on_driver(
+            conn, self._bulk_statement, lambda raw: bulk(raw, records, headers)
+        )
 
     def engine_options(self, url: URL) -> dict[str, Any]:
         """``create_engine`` options for ``url``."""
@@ -100,17 +118,8 @@ class SQLite(SqlDialect):
     name = "sqlite"
     jdbc_driver = "org.sqlite.JDBC"
 
-    def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
-        return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
-
-    def insert_rows(
-        self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
-    ) -> int:
-        if not records:
-            return 0
-        return _inserts.on_driver(
-            conn, _inserts.SQLITE_RECORDS, lambda raw: _inserts.insert_sqlite(raw, records, headers)
-        )
+    def __init__(self) -> None:
+        super().__init__(sqlite.insert, _inserts.SQLITE_RECORDS, _inserts.insert_sqlite)
 
     @staticmethod
     def _memory(url: URL) -> bool:
@@ -173,17 +182,8 @@ class PostgreSQL(SqlDialect):
     name = "postgresql"
     jdbc_driver = "org.postgresql.Driver"
 
-    def insert_ignoring(self, table: sa.Table, keys: list[sa.Column[Any]]) -> Any:
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
-
-    def insert_rows(
-        self, conn: Connection, records: list[RecordRow], headers: list[HeaderRow]
-    ) -> int:
-        if not records:
-            return 0
-        return _inserts.on_driver(
-            conn, _inserts.PG_INSERT, lambda raw: _inserts.insert_postgresql(raw, records, headers)
-        )
+    def __init__(self) -> None:
+        super().__init__(postgresql.insert, _inserts.PG_INSERT, _inserts.insert_postgresql)
 
     def engine_options(self, url: URL) -> dict[str, Any]:
         return {"pool_pre_ping": True}

@@ -14,9 +14,8 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bolide.facade._internal.holds import Holds
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.positions import Positions, Report
-from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.durable import DurableSession
-from bolide.facade.receiver import ConfirmLimit, RevokeListener
+from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch
 
 __all__ = ["ReceiverHooks", "ReceiverSeat", "SessionHost", "SubscriberView"]
@@ -125,19 +124,8 @@ class ReceiverHooks:
     limit: ConfirmLimit | None = None
 
 
-class SubscriberView(Protocol):
+class SubscriberView(StreamReader, Protocol):
     """The public side of a subscriber that a ``ReceiverSeat`` passes on."""
-
-    topic: str
-    stream: StreamConfig
-    config: SubscriberConfig
-    grouped: bool
-    group_id: str
-
-    @property
-    def closed(self) -> bool: ...
-
-    def poll(self, timeout_ms: int) -> RecordBatch: ...
 
     def is_assigned(self) -> bool: ...
 
