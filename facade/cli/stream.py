@@ -198,26 +198,7 @@ def _publish(args: argparse.Namespace) -> int:
     from bolide.facade.publisher import Publisher
     from bolide.facade.record import Record
 
-    if args.key is not None and args.group is not None:
-        args.parser.error("--key and --group contradict each other: a group is the key")
-    if args.key_delimiter is not None and (args.key is not None or args.group is not None):
-        args.parser.error("-K takes each record's key from its line: no --key or --group")
-    if args.key_delimiter == "":
-        args.parser.error("-K needs a non-empty delimiter")
-    if args.partition is not None and args.partition < 0:
-        args.parser.error("--partition must be >= 0")
-    if args.partition is not None and args.group is not None:
-        args.parser.error(
-            "--partition and --group contradict each other: a group's partition is its key's"
-        )
-    if args.partitions is not None and args.partitions < 1:
-        args.parser.error("--partitions must be at least 1")
-    headers = []
-    for item in args.header:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            args.parser.error(f"--header expects NAME=VALUE, got {item!r}")
-        headers.append((name, value.encode()))
+    headers = _check_publish_args(args)
     cluster = cluster_from_args(args)
     serde = _serde(args)
     stream = _stream(args, cluster, args.partitions, create=True)
@@ -257,6 +238,31 @@ def _publish(args: argparse.Namespace) -> int:
     if sent == 0:
         print("bolide publish: no input lines, nothing published", file=sys.stderr)
     return 0
+
+
+def _check_publish_args(args: argparse.Namespace) -> list[tuple[str, bytes]]:
+    """Refuse contradictory ``publish`` options (exit 2); the ``--header`` pairs."""
+    if args.key is not None and args.group is not None:
+        args.parser.error("--key and --group contradict each other: a group is the key")
+    if args.key_delimiter is not None and (args.key is not None or args.group is not None):
+        args.parser.error("-K takes each record's key from its line: no --key or --group")
+    if args.key_delimiter == "":
+        args.parser.error("-K needs a non-empty delimiter")
+    if args.partition is not None and args.partition < 0:
+        args.parser.error("--partition must be >= 0")
+    if args.partition is not None and args.group is not None:
+        args.parser.error(
+            "--partition and --group contradict each other: a group's partition is its key's"
+        )
+    if args.partitions is not None and args.partitions < 1:
+        args.parser.error("--partitions must be at least 1")
+    headers = []
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            args.parser.error(f"--header expects NAME=VALUE, got {item!r}")
+        headers.append((name, value.encode()))
+    return headers
 
 
 def _lines(stream: Any) -> Iterator[str]:

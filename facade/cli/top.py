@@ -152,7 +152,21 @@ def render(
     durable clients. Numbers are never cut; names are, with an ellipsis, on a narrow screen."""
     bar = _BAR_WIDTH if width >= 110 else _NARROW_BAR_WIDTH
     when = datetime.fromtimestamp(report.taken_ms / 1000).strftime("%H:%M:%S")
-    parts: list[Any] = [Text(f"{title} - {when}", style="bold")]
+    parts: list[Any] = [Text(f"{title} - {when}", style="bold"), _streams(report, speed, width)]
+    top = max([r.lag for r in report.partitions] + [a.lag for a in report.archive], default=0)
+    parts.append(_lags(report, speed, width, top, bar))
+    if report.archive:
+        parts.append(_archive(report, speed, width, top, bar))
+    if report.durable:
+        rows = [
+            [d.durable_id, d.state, f"{d.away_s:,.0f}s", f"{d.total:,}"] for d in report.durable
+        ]
+        columns = [("CLIENT", "text"), ("STATE", "text"), ("AWAY", "number")]
+        parts.append(_table("durable clients", [*columns, ("BACKLOG", "number")], rows, width))
+    return Group(*parts)
+
+
+def _streams(report: LagReport, speed: Rates | None, width: int) -> Table | Text:
     by_stream: dict[str, list[int]] = {}
     for (stream, _), end in sorted(report.ends.items()):
         by_stream.setdefault(stream, []).append(end)
@@ -162,10 +176,11 @@ def render(
         rows.append([stream, str(len(ends)), f"{sum(ends):,}", _rate(rate)])
     columns = [("STREAM", "text"), ("PARTITIONS", "number"), ("LOG-END", "number")]
     streams = _table("streams", [*columns, ("PUBLISH/S", "number")], rows, width)
-    parts.append(streams if by_stream else Text("streams: none"))
+    return streams if by_stream else Text("streams: none")
 
-    top = max([r.lag for r in report.partitions] + [a.lag for a in report.archive], default=0)
-    rows = []
+
+def _lags(report: LagReport, speed: Rates | None, width: int, top: int, bar: int) -> Table | Text:
+    rows: list[list[Any]] = []
     for r in report.partitions:
         rate = speed.consumed.get((r.group, r.stream, r.partition)) if speed is not None else None
         rows.append(
@@ -185,30 +200,24 @@ def render(
     columns += [("COMMITTED", "number"), ("LOG-END", "number"), ("LAG", "number")]
     columns += [("", "bar"), ("CONSUMED/S", "number"), ("OWNER", "text")]
     lags = _table("lag per group and partition", columns, rows, width)
-    parts.append(lags if report.partitions else Text("groups: none"))
+    return lags if report.partitions else Text("groups: none")
 
-    if report.archive:
-        rows = []
-        for a in report.archive:
-            rate = speed.archived.get((a.stream, a.partition)) if speed is not None else None
-            rows.append(
-                [
-                    a.stream,
-                    str(a.partition),
-                    f"{a.position:,}",
-                    f"{a.log_end:,}",
-                    f"{a.lag:,}",
-                    _bar(a.lag, top, bar),
-                    _rate(rate),
-                ]
-            )
-        columns = [("STREAM", "text"), ("P", "number"), ("POSITION", "number")]
-        columns += [("LOG-END", "number"), ("LAG", "number"), ("", "bar")]
-        parts.append(_table("archive", [*columns, ("ARCHIVED/S", "number")], rows, width))
-    if report.durable:
-        rows = [
-            [d.durable_id, d.state, f"{d.away_s:,.0f}s", f"{d.total:,}"] for d in report.durable
-        ]
-        columns = [("CLIENT", "text"), ("STATE", "text"), ("AWAY", "number")]
-        parts.append(_table("durable clients", [*columns, ("BACKLOG", "number")], rows, width))
-    return Group(*parts)
+
+def _archive(report: LagReport, speed: Rates | None, width: int, top: int, bar: int) -> Table:
+    rows: list[list[Any]] = []
+    for a in report.archive:
+        rate = speed.archived.get((a.stream, a.partition)) if speed is not None else None
+        rows.append(
+            [
+                a.stream,
+                str(a.partition),
+                f"{a.position:,}",
+                f"{a.log_end:,}",
+                f"{a.lag:,}",
+                _bar(a.lag, top, bar),
+                _rate(rate),
+            ]
+        )
+    columns = [("STREAM", "text"), ("P", "number"), ("POSITION", "number")]
+    columns += [("LOG-END", "number"), ("LAG", "number"), ("", "bar")]
+    return _table("archive", [*columns, ("ARCHIVED/S", "number")], rows, width)
