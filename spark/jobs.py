@@ -244,14 +244,7 @@ def archive(
         TypeError: ``serde`` cannot decode typed rows (it is not an ``AvroSerde``).
     """
     _check_store(store)
-    if serde is not None and not (
-        callable(getattr(serde, "payload_schema_id", None))
-        and callable(getattr(serde, "value_schema", None))
-    ):
-        raise TypeError(
-            f"serde must be an AvroSerde (a typed table needs the writer schema), "
-            f"not {type(serde).__name__}"
-        )
+    _check_typed_serde(serde)
     df = read_stream(
         spark,
         stream,
@@ -365,6 +358,29 @@ def resequence(
         dead = Publisher(cluster, PublisherConfig(stream=_stream(dead_letter)))
     ensure_topic(cluster, out_stream)
 
+    writer = ordered.writeStream.queryName(f"bolide-resequence-{out_stream.name}")
+    writer = writer.foreachBatch(_release_batches(out, dead, on_batch))
+    publishers = [p for p in (out, dead) if p is not None]
+
+    def close_publishers() -> None:
+        for publisher in publishers:
+            publisher.close()
+
+    try:
+        started = _start(writer, checkpoint, False, trigger_interval_s)
+    except BaseException:
+        close_publishers()
+        raise
+    _on_termination(started, close_publishers)
+    return started
+
+
+def _release_batches(
+    out: Publisher, dead: Publisher | None, on_batch: BatchCallback | None
+) -> Callable[[DataFrame, int], None]:
+    """The ``foreachBatch`` function of ``resequence``: publish a micro-batch's released
+    records (each group in sequence order) and dead letters, then report."""
+
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
         rows = batch.toArrow().to_pylist()
@@ -378,21 +394,19 @@ def resequence(
         if on_batch is not None:
             on_batch(report)
 
-    writer = ordered.writeStream.queryName(f"bolide-resequence-{out_stream.name}")
-    publishers = [p for p in (out, dead) if p is not None]
-    try:
-        started = _start(writer.foreachBatch(write), checkpoint, False, trigger_interval_s)
-    except BaseException:
-        for publisher in publishers:
-            publisher.close()
-        raise
+    return write
 
-    def close_publishers() -> None:
-        for publisher in publishers:
-            publisher.close()
 
-    _on_termination(started, close_publishers)
-    return started
+def _check_typed_serde(serde: object) -> None:
+    """A typed table needs a serde that names each payload's writer schema (``AvroSerde``)."""
+    if serde is not None and not (
+        callable(getattr(serde, "payload_schema_id", None))
+        and callable(getattr(serde, "value_schema", None))
+    ):
+        raise TypeError(
+            f"serde must be an AvroSerde (a typed table needs the writer schema), "
+            f"not {type(serde).__name__}"
+        )
 
 
 def _on_termination(query: StreamingQuery, fn: Callable[[], Any]) -> None:

@@ -197,3 +197,19 @@ def test_embedded_broker_cluster_emulates_retention(stream_factory, tmp_path):
         ]
         with Subscriber(plain, spliced) as sub:  # the broker itself still holds everything
             assert [r.data for r in drain(sub, COUNT)] == [b"r%d" % i for i in range(COUNT)]
+
+
+def test_a_partition_paused_while_its_history_is_read_stays_paused_when_the_history_ends(
+    trimmed, archived
+):
+    # Two reasons hold the partition at first: its history splice and the application. The
+    # splice ending must not let Kafka deliver it; resuming delivers everything, once.
+    config = SubscriberConfig(stream=archived, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
+    with Subscriber(trimmed, config) as sub:
+        sub.pause([0])
+        for _ in range(5):
+            assert len(sub.poll(200)) == 0
+        assert sub.paused == frozenset({(archived.name, 0)})
+        sub.resume()
+        records = drain(sub, COUNT)
+    check_log(records, 0)
