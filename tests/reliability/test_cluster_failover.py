@@ -170,7 +170,8 @@ def test_killing_the_leader_loses_no_acknowledged_record(trio: EmbeddedBroker) -
             reader.stop.set()
         for thread in [*publishers, *readers]:
             thread.join(60)
-    assert not [e for r in readers for e in r.raised]
+    raised = [e for r in readers for e in r.raised]
+    assert not raised, f"a reader raised: {raised!r}"
     assert leader in trio.node_ids and trio.running
     # A publish that failed was never acknowledged; none is expected with acks=all and two
     # replicas left in sync, but a failed one is not a loss.
