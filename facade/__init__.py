@@ -49,6 +49,7 @@ from bolide.facade.receiver import Receiver, ReceiverMetrics, ReceiverOptions, R
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
 from bolide.facade.resequencer.sequence import sequence_headers
+from bolide.facade.streams import StreamsSubscriber  # registers itself with Subscriber
 from bolide.facade.subscriber import Subscriber
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "StoreError",
     "StreamConfig",
     "StreamConfigMismatchError",
+    "StreamsSubscriber",
     "Subscriber",
     "SubscriberConfig",
     "TransactionError",

@@ -3,10 +3,10 @@
 ``Subscriber.attach_receiver(handler, concurrency=32, ordering="key", ...)`` starts it (the
 one-thread ``Receiver`` stays for ``concurrency=1`` without retries or dead letters). One
 fetch thread polls the subscriber and puts each record in flight on the ``Board``
-(``_internal/lanes.py``): behind the earlier records of its key ("key": the Kafka key, which is
+(``_parts/lanes.py``): behind the earlier records of its key ("key": the Kafka key, which is
 the message group), of its partition ("partition"), or of nothing ("unordered"). Worker
 threads, or coroutines on the receiver's own event loop for an ``async def`` handler
-(``_internal/workers.py``), run the handler; a failure is retried with backoff (``Retry``) and
+(``_parts/workers.py``), run the handler; a failure is retried with backoff (``Retry``) and
 then sent to the dead letter, or reported, and only then is the record finished.
 
 The fetch thread also confirms (``auto_confirm``): per partition, the highest offset at and
@@ -28,9 +28,9 @@ import time
 from collections import deque
 from typing import cast
 
-from bolide.facade._internal.lanes import NO_LANE, Board, LaneOf
-from bolide.facade._internal.outcomes import Runner
-from bolide.facade._internal.workers import AsyncWorkers, ThreadWorkers
+from bolide.facade._parts.lanes import NO_LANE, Board, LaneOf
+from bolide.facade._parts.outcomes import Runner
+from bolide.facade._parts.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.errors import (
     DurableClientBusyError,
     IllegalSubscriberStateError,

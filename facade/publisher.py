@@ -10,21 +10,18 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.future import DeliveryFuture
-from bolide.facade._internal.transactions import Transactions
+from bolide.facade._internal.transactions import Transactions, TransactionSource
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
 from bolide.facade.telemetry import TELEMETRY
-
-if TYPE_CHECKING:
-    from bolide.facade.subscriber import Subscriber
 
 __all__ = ["PublishCallback", "Publisher"]
 
@@ -358,7 +355,7 @@ class Publisher(Closing):
             raise
         txn.commit()
 
-    def confirm(self, subscriber: Subscriber) -> None:
+    def confirm(self, subscriber: TransactionSource) -> None:
         """Send ``subscriber``'s delivered positions with the open transaction.
 
         They commit with it (Kafka's ``send_offsets_to_transaction``), so the input is

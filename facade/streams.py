@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, Unpack
 
-from confluent_kafka import TopicPartition
-
-from bolide.facade._internal.client import group_id
+from bolide.facade._internal.transactions import OffsetSource
+from bolide.facade._parts.client import group_id
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
@@ -38,7 +37,7 @@ from bolide.facade.receiver import (
     RecordHandler,
 )
 from bolide.facade.record import RecordBatch
-from bolide.facade.subscriber import Subscriber
+from bolide.facade.subscriber import Subscriber, read_several_streams_with
 from bolide.facade.validate import check_int
 
 __all__ = ["StreamReceivers", "StreamsSubscriber"]
@@ -50,8 +49,6 @@ _TURN_MS = 50
 #: librdkafka's default ``topic.metadata.refresh.interval.ms``: how often a pattern looks again.
 _REFRESH_MS = 300_000
 
-_Source = Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]
-
 
 def matching(pattern: str, topics: Iterable[str], *, exclude: Iterable[str] = ()) -> list[str]:
     """The topics whose whole name matches ``pattern``, sorted; internal ``__`` topics and
@@ -62,6 +59,7 @@ def matching(pattern: str, topics: Iterable[str], *, exclude: Iterable[str] = ()
     )
 
 
+@read_several_streams_with
 class StreamsSubscriber(Subscriber):
     """Reads several streams as one subscriber (see the module docstring).
 
@@ -312,7 +310,7 @@ class StreamsSubscriber(Subscriber):
         """The group's confirmed positions per partition of ``stream``."""
         return self._inner(stream).committed(timeout_s)
 
-    def transaction_sources(self) -> list[_Source]:
+    def transaction_sources(self) -> list[OffsetSource]:
         """Each stream's consumer's source (``Subscriber.transaction_sources``)."""
         return [source for sub in self._all() for source in sub.transaction_sources()]
 

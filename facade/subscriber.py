@@ -22,18 +22,19 @@ from typing import Any, Unpack
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._internal.client import (
+from bolide.facade._internal.closing import Closing
+from bolide.facade._internal.lock import HookLock
+from bolide.facade._internal.transactions import OffsetSource
+from bolide.facade._parts.client import (
     commit_reporter,
     consumer_config,
     group_id,
     partition_arg,
 )
-from bolide.facade._internal.closing import Closing
-from bolide.facade._internal.confirms import Confirms
-from bolide.facade._internal.fetch import Fetcher, Polled
-from bolide.facade._internal.host import ReceiverHooks, ReceiverSeat, SessionHost
-from bolide.facade._internal.lock import HookLock
-from bolide.facade._internal.positions import Positions
+from bolide.facade._parts.confirms import Confirms
+from bolide.facade._parts.fetch import Fetcher, Polled
+from bolide.facade._parts.host import ReceiverHooks, ReceiverSeat, SessionHost
+from bolide.facade._parts.positions import Positions
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
@@ -63,6 +64,18 @@ _LEAVE_QUIET_POLLS = 4
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
 
+#: What ``Subscriber(...)`` builds for a config of several streams: the class that
+#: ``bolide.facade.streams`` registers (``read_several_streams_with``) when it is imported,
+#: which importing ``bolide.facade`` does.
+_SEVERAL_STREAMS: list[type[Subscriber]] = []
+
+
+def read_several_streams_with(cls: type[Subscriber]) -> type[Subscriber]:
+    """Register the subclass that reads several streams (a class decorator)."""
+    _SEVERAL_STREAMS[:] = [cls]
+    return cls
+
+
 class Subscriber(Closing):
     """Reads records from one stream, or from several (``SubscriberConfig(streams=...)`` or
     ``pattern=``: then a ``bolide.facade.streams.StreamsSubscriber``).
@@ -79,9 +92,7 @@ class Subscriber(Closing):
 
     def __new__(cls, cluster: Cluster, config: SubscriberConfig) -> Subscriber:
         if cls is Subscriber and isinstance(config, SubscriberConfig) and config.stream is None:
-            from bolide.facade.streams import StreamsSubscriber  # it builds on this class
-
-            return super().__new__(StreamsSubscriber)
+            return super().__new__(_SEVERAL_STREAMS[0])
         return super().__new__(cls)
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
@@ -537,9 +548,7 @@ class Subscriber(Closing):
             TELEMETRY.confirmed(self, positions)
         self._confirms.confirm(positions, conn)
 
-    def transaction_sources(
-        self,
-    ) -> list[Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]]:
+    def transaction_sources(self) -> list[OffsetSource]:
         """What ``Publisher.confirm(subscriber)`` sends with its transaction, one source per
         consumer: each gives the delivered positions and the group's metadata (Kafka's
         ``sendOffsetsToTransaction(positions, consumer.groupMetadata())``) and what to call

@@ -1,1 +1,2 @@
-"""Internals of the core facade: not API. Modules here may change without notice."""
+"""Low-level helpers shared across the core facade (closing, locking, holds, delivery
+futures, transactions): not API, may change without notice."""

@@ -13,13 +13,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from bolide.facade.errors import ProducerFencedError, TransactionError
 
-__all__ = ["FENCED", "Transactions"]
+__all__ = ["FENCED", "OffsetSource", "TransactionSource", "Transactions"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,19 @@ log = logging.getLogger(__name__)
 FENCED = frozenset(
     {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
 )
+
+#: Gives a consumer's delivered positions, its group's metadata (Kafka's
+#: ``sendOffsetsToTransaction(positions, consumer.groupMetadata())``) and what to call once
+#: the transaction commits.
+OffsetSource = Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]
+
+
+class TransactionSource(Protocol):
+    """What ``Publisher.confirm`` takes: a subscriber, one ``OffsetSource`` per consumer."""
+
+    def transaction_sources(self) -> list[OffsetSource]:
+        """The subscriber's offset sources (one per stream it reads)."""
+        ...
 
 
 class Transactions:
@@ -140,14 +153,12 @@ class Transactions:
             self._run("begin transaction", self._producer.begin_transaction)
             self.open = True
 
-    def confirm(
-        self, source: Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]
-    ) -> None:
+    def confirm(self, source: OffsetSource) -> None:
         """Send a subscriber's positions with the open transaction.
 
         Args:
             source: Gives the positions, the group's metadata, and what to call once the
-                transaction commits (``Subscriber._confirm_in_transaction``).
+                transaction commits (``Subscriber.transaction_sources``).
 
         Raises:
             TransactionError: No transaction is open, or the broker refused.

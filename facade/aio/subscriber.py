@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from bolide.facade._internal.fetch import Polled
+from bolide.facade._parts.fetch import Polled
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from bolide.facade.ports import DurableClient
 
 try:
-    from bolide.facade._internal.otel import Instrumentation
+    from bolide.facade.telemetry._otel import Instrumentation
 except ImportError:  # the otel extra is not installed: every hook is skipped
     TELEMETRY: Instrumentation | None = None
 else:

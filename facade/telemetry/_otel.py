@@ -31,7 +31,8 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from bolide.facade._internal.otel_parts import (
+from bolide.facade.record import Headers, Record
+from bolide.facade.telemetry._otel_parts import (
     DESTINATION,
     DURATION_BUCKETS,
     ERROR_TYPE,
@@ -50,7 +51,6 @@ from bolide.facade._internal.otel_parts import (
     group_of,
     guarded,
 )
-from bolide.facade.record import Headers, Record
 
 __all__ = ["Instrumentation"]
 

@@ -22,8 +22,8 @@ import time
 from collections.abc import Awaitable
 from typing import Any, cast
 
-from bolide.facade._internal.lanes import Board, Item
-from bolide.facade._internal.positions import Report
+from bolide.facade._parts.lanes import Board, Item
+from bolide.facade._parts.positions import Report
 from bolide.facade.deadletter import Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, DeadLetterTarget, RecordHandler, Retry

@@ -15,8 +15,8 @@ from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
-from bolide.facade._internal.decoding import Decoder
-from bolide.facade._internal.positions import Positions, Report
+from bolide.facade._parts.decoding import Decoder
+from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import SerializationError
