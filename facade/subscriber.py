@@ -5,68 +5,53 @@ Positions below what Kafka still holds are read from the stream's history store 
 one (the splice), else skipped to the first available record with a warning (a stale read).
 Positions are never taken from a reported high watermark alone (see ``kafka.log_ends``).
 
-The subscriber holds the lease (its partitions' ownership in the consumer group: membership,
-rebalance hooks, confirms) and the lifecycle;
-its parts do the rest under its lock: ``Positions`` (where each partition reads, the splice),
-``Fetcher`` (gathering records: queue, history, Kafka, decoding, dead letters) and, for a
-durable client, a ``DurableSession`` that sees the subscriber only through ``DurableHost``.
+The subscriber holds the lifecycle and the public API; its parts (``_parts.assembly``) do the
+rest under its lock: ``Lease`` (membership, rebalance hooks), ``Positions`` (where each
+partition reads, the splice), ``Fetcher`` (queue, history, Kafka, decoding, dead letters),
+``Confirms`` and, for a durable client, a ``DurableSession`` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any, Unpack
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.transactions import OffsetSource
+from bolide.facade._parts.assembly import assemble
 from bolide.facade._parts.client import (
     commit_reporter,
     consumer_config,
+    error_reporter,
     group_id,
     partition_arg,
+    partitions_arg,
 )
-from bolide.facade._parts.confirms import Confirms
-from bolide.facade._parts.fetch import Fetcher, Polled
-from bolide.facade._parts.host import ReceiverHooks, ReceiverSeat, SessionHost
-from bolide.facade._parts.positions import Positions
-from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade._parts.fetch import Polled
+from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
-    NotAssignedError,
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, new_client, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
-from bolide.facade.record import Record, RecordBatch
+from bolide.facade.record import RecordBatch
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 __all__ = ["Subscriber"]
 
-log = logging.getLogger(__name__)
-
-#: How long ``close`` serves the group's revocation before closing the consumer anyway.
-_LEAVE_TIMEOUT_S = 10.0
-_LEAVE_BATCH = 500
-_LEAVE_POLL_S = 0.05
-#: Polls in a row with nothing assigned and no rebalance callback before ``close``.
-_LEAVE_QUIET_POLLS = 4
-
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
-
-#: What ``Subscriber(...)`` builds for a config of several streams: the class that
-#: ``bolide.facade.streams`` registers (``read_several_streams_with``) when it is imported,
-#: which importing ``bolide.facade`` does.
+#: What ``Subscriber(...)`` builds for several streams: registered by ``bolide.facade.streams``.
 _SEVERAL_STREAMS: list[type[Subscriber]] = []
 
 
@@ -106,175 +91,39 @@ class Subscriber(Closing):
         self.topic = self.stream.name
         self.grouped = config.grouped
         self.group_id = group_id(config)
+        # Held while talking to the consumer; user callbacks wait until it is let go.
+        self._lock = HookLock()
+        self._report = error_reporter(config.error_handler, self._lock)
+        self._closed = False
+        self._receiver: Receiver | None = None
         # Settings are checked when the client is built: a bad one fails before any topic work.
         on_commit = commit_reporter(self.topic, self._report)
         settings = consumer_config(cluster, config, self.group_id, on_commit)
         self._consumer = new_client(Consumer, settings, "consumer_config")
         try:
-            self._setup()
+            self.partitions = ensure_topic(cluster, self.stream)
+            parts = assemble(
+                cluster,
+                config,
+                self._consumer,
+                self.partitions,
+                group_id=self.group_id,
+                report=self._report,
+                lock=self._lock,
+                closed=lambda: self._closed,
+            )
         except BaseException:
             self._consumer.close()
             raise
-
-    def _setup(self) -> None:
-        config, cluster = self.config, self.cluster
-        self.partitions = ensure_topic(cluster, self.stream)
-        # Held while talking to the consumer; user callbacks wait until it is let go.
-        self._lock = HookLock()
-        self._closed = False
-        self._receiver: Receiver | None = None
-        # A running parallel receiver's revoke listener and confirm limit.
-        self._receiver_hooks = ReceiverHooks()
-        # Updated in place: the fetcher holds the same set.
-        self._assigned: set[int] = set() if self.grouped else set(range(self.partitions))
-        self._positions = Positions(cluster, config, self._consumer, self.partitions, self._report)
+        self._core = parts
+        self._assigned, self._positions = parts.assigned, parts.positions
+        self._confirms, self._durable = parts.confirms, parts.durable
+        self._fetcher, self._lease = parts.fetcher, parts.lease
+        self._receiver_hooks = parts.receiver_hooks
         self.scheme = self._positions.scheme
-        self._confirms = Confirms(
-            self.topic,
-            self._consumer,
-            self._positions,
-            self._assigned,
-            grouped=self.grouped,
-            group_id=self.group_id,
-            store=config.positions,
-            report=self._report,
-            lock=self._lock,
-        )
-        self._pending: deque[Message | Record] = deque()  # read, not yet delivered
-        self._rebalances = 0  # rebalance callbacks served (see _leave_group)
-        # A durable client (GemFire): registry claim, expiry, marker; see bolide.facade.durable.
-        self._durable: DurableSession | None = None
-        if config.durable_id is not None:
-            parts = (self._assigned, self._positions, self._pending, self._report, self._lock)
-            host = SessionHost(self._consumer, self.topic, *parts)
-            self._durable = DurableSession(host, cluster, config, self.partitions)
-        self._fetcher = Fetcher(
-            cluster,
-            config,
-            self._consumer,
-            assigned=self._assigned,
-            positions=self._positions,
-            durable=self._durable,
-            report=self._report,
-            lease_expired=self._lease_expired,
-            pending=self._pending,
-        )
-        try:
-            self._start()
-        except BaseException:
-            try:
-                if self._durable is not None:
-                    self._durable.abort()
-            finally:
-                self._consumer.close()  # never subscribed: nothing to revoke
-            raise
+        parts.start(config, self.group_id, self.partitions)
         if TELEMETRY is not None:
             TELEMETRY.watch(self)
-
-    # -- setup ---------------------------------------------------------------------------
-
-    def _start(self) -> None:
-        """Claim the durable id, then join the group or assign every partition."""
-        if self._durable is not None:
-            self._durable.connect()
-        confirms, every = self._confirms, range(self.partitions)
-        if self.grouped:
-            if self.scheme is InitialOffsetScheme.NONE:
-                stored = confirms.stored(every) if confirms.keeps_positions else None
-                self._positions.require_confirmed(self.group_id, stored)
-            self._subscribe()
-        else:
-            stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
-            positions = self._positions
-            positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
-
-    def _subscribe(self) -> None:
-        self._consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
-
-    # -- lease ------------------------------------------------------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
-        parts = [tp.partition for tp in partitions]
-        positions = self._positions
-        try:
-            committed = self._confirms.committed(parts)
-            if self._durable is not None:
-                committed = self._durable.kept_positions(committed)
-            positions.resume(parts, committed)
-        except Exception as exc:
-            # Never leave the lease half taken: go on from what this member delivered, else
-            # from the group's confirmed offsets (never back below either).
-            self._report(f"positioning {self.topic}{parts} failed; using confirmed offsets", exc)
-            positions.fallback(parts)
-        self._assigned.intersection_update(parts)
-        self._assigned.update(parts)
-        log.info("%s assigned %s[%s]", self.group_id, self.topic, parts)
-        if self._durable is not None:
-            self._durable.on_assigned(parts)
-        hook = self.config.on_assign
-        if hook is not None:
-            self._lock.call(lambda: self._call_hook(hook, "on_assign", parts))
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
-        self._lose([tp.partition for tp in partitions], lost=False)
-        consumer.unassign()
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
-        self._lose([tp.partition for tp in partitions], lost=True)
-        consumer.unassign()
-
-    def _lose(self, parts: list[int], *, lost: bool) -> None:
-        held = self._assigned & set(parts)
-        hook, listener = self.config.on_revoke, self._receiver_hooks.on_revoke
-        if held and listener is not None and lost:
-            listener(sorted(held), True)
-        if held and (hook is not None or listener is not None) and not lost:
-            # Kafka's onPartitionsRevoked: the partitions are still owned, so a confirm in the
-            # hook commits (synchronously) before the next owner reads them.
-            self._confirms.revoking = True
-            try:
-                if listener is not None:
-                    listener(sorted(held), False)
-                self._call_hook(hook, "on_revoke", sorted(held))
-            finally:
-                self._confirms.revoking = False
-        self._assigned -= set(parts)
-        self._positions.holds.drop(parts)  # Kafka forgets a moved partition's pause too
-        for p in parts:
-            self._positions.history.close(p)
-        self._fetcher.drop(parts)
-        # A revocation in a rebalance is routine (the lease may come straight back); only a
-        # lost session is reported here. A confirm without the lease is reported by confirm().
-        if lost and held and not self._fetcher.deactivated and not self._closed:
-            self._report(
-                f"lease lost on {self.topic}{sorted(held)}",
-                NotAssignedError("lease lost", stream=self.topic),
-            )
-        if held and hook is not None and lost:
-            # Kafka's onPartitionsLost: another member may own them already; nothing to commit.
-            self._call_hook(hook, "on_revoke", sorted(held))
-
-    def _call_hook(
-        self, hook: Callable[[list[int]], None] | None, name: str, parts: list[int]
-    ) -> None:
-        if hook is None:
-            return
-        try:
-            hook(parts)
-        except Exception as exc:
-            self._report(f"{name} raised", exc)
-
-    def _lease_expired(self) -> None:
-        """The consumer missed its poll deadline: the group has moved on without it."""
-        self._lose(sorted(self._assigned), lost=True)
 
     def is_assigned(self) -> bool:
         """True when this subscriber holds the lease (always true when ungrouped)."""
@@ -290,7 +139,7 @@ class Subscriber(Closing):
         """True once the subscriber group has given this subscriber an assignment (maybe an
         empty one: a group may have more members than partitions); always true when
         ungrouped. ``is_assigned`` and ``poll`` serve the join."""
-        return not self.grouped or self._rebalances > 0
+        return not self.grouped or self._lease.rebalances > 0
 
     def deactivate(self) -> None:
         """Give up the lease (grouped only); ``reactivate`` seeks it again."""
@@ -298,13 +147,7 @@ class Subscriber(Closing):
             raise IllegalSubscriberStateError("deactivate is for grouped subscribers only")
         with self._lock:
             self._check_open()
-            fetcher = self._fetcher
-            if fetcher.deactivated:
-                return
-            self._lose(sorted(self._assigned), lost=False)  # on_revoke while still owned
-            fetcher.deactivated = True
-            self._consumer.unsubscribe()
-            self._pending.clear()
+            self._lease.deactivate()
 
     def reactivate(self) -> None:
         """Seek the lease again after ``deactivate`` (grouped only)."""
@@ -312,10 +155,7 @@ class Subscriber(Closing):
             raise IllegalSubscriberStateError("reactivate is for grouped subscribers only")
         with self._lock:
             self._check_open()
-            if not self._fetcher.deactivated:
-                return
-            self._fetcher.deactivated = False
-            self._subscribe()
+            self._lease.reactivate()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -355,24 +195,10 @@ class Subscriber(Closing):
             return self._fetcher.poll_once(deadline)
 
     def _rewind(self, offsets: Mapping[int, int]) -> None:
-        """Read partitions again from ``offsets`` (records a receiver abandoned unfinished):
-        what lies below stays confirmable, nothing at or past them until it is read again."""
+        """Read partitions again from ``offsets`` (records a receiver abandoned unfinished)."""
         with self._lock:
-            if self._closed:
-                return
-            last_read = self._positions.last_read
-            for p, offset in offsets.items():
-                if p not in self._assigned:
-                    continue  # given up: the next owner reads on from the confirmed offset
-                self._fetcher.drop({p})
-                if self.grouped:
-                    self._positions.rewind(p, offset)
-                else:
-                    self._fetcher.move(p, offset)
-                if offset > 0 and last_read.get(p, -1) >= offset:
-                    last_read[p] = offset - 1
-                elif offset == 0:
-                    last_read.pop(p, None)
+            if not self._closed:
+                self._fetcher.rewind(offsets)
 
     def _give_back(self, polled: Polled) -> None:
         """Undo a ``_poll_once`` whose outcome never reached the application."""
@@ -398,16 +224,14 @@ class Subscriber(Closing):
         p = self._partition_arg(partition)
         with self._lock:
             self._check_open()
-            self._fetcher.drop({p})
-            self._fetcher.move(p, self._positions.seek_target(p, offset))
+            self._fetcher.seek({p: offset})
 
     def seek_to_time(
         self, timestamp_ms: int, partition: int | None = None, stream: str | None = None
     ) -> None:
         """Move an ungrouped subscriber to the first record at or after ``timestamp_ms``
-        (epoch milliseconds) on ``partition``, or on every partition when ``None`` (of
-        ``stream``, or of every stream read when ``None``); to the end of a partition with no
-        such record (Kafka's ``offsetsForTimes``).
+        (epoch ms) on ``partition`` (every one when ``None``) of ``stream``; to the end of a
+        partition with no such record (Kafka's ``offsetsForTimes``).
 
         Raises:
             IllegalSubscriberStateError: The subscriber is grouped.
@@ -427,22 +251,21 @@ class Subscriber(Closing):
         offsets = offsets_for_time(self.cluster, self.topic, parts, timestamp_ms)
         with self._lock:
             self._check_open()
-            self._fetcher.drop(set(offsets))
-            for p, offset in offsets.items():
-                self._fetcher.move(p, self._positions.seek_target(p, offset))
+            self._fetcher.seek(offsets)
 
     def pause(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
-        """Stop delivering ``partitions`` (every held one when ``None``) until ``resume``,
-        keeping the lease: Kafka's ``pause``. Partitions are numbers, or ``(stream,
-        partition)`` pairs as ``paused`` gives them. A rebalance that moves a paused partition
-        forgets its pause, as Kafka does.
+        """Stop delivering ``partitions`` (numbers or ``(stream, partition)`` pairs; every
+        held one when ``None``) until ``resume``, keeping the lease: Kafka's ``pause``, whose
+        pause a rebalance that moves the partition forgets.
 
         Raises:
             ValueError: A partition is not one this subscriber holds.
         """
         with self._lock:
             self._check_open()
-            self._positions.holds.hold(self._held_args(partitions), "user")
+            self._positions.holds.hold(
+                partitions_arg(self.topic, self._assigned, partitions), "user"
+            )
 
     def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
         """Deliver paused ``partitions`` (every paused one when ``None``) again, from where
@@ -454,7 +277,11 @@ class Subscriber(Closing):
         with self._lock:
             self._check_open()
             holds = self._positions.holds
-            parts = holds.holding("user") if partitions is None else self._held_args(partitions)
+            parts = (
+                holds.holding("user")
+                if partitions is None
+                else partitions_arg(self.topic, self._assigned, partitions)
+            )
             # Kafka fetches them again unless another reason holds them (history, a replay).
             holds.release(parts, "user")
 
@@ -463,24 +290,6 @@ class Subscriber(Closing):
         """The partitions the application paused, as ``(stream, partition)`` pairs (read
         without the lock: the set is replaced, never changed)."""
         return frozenset((self.topic, p) for p in self._positions.holds.holding("user"))
-
-    def _held_args(self, partitions: Iterable[int | tuple[str, int]] | None) -> set[int]:
-        if partitions is None:
-            return set(self._assigned)
-        if isinstance(partitions, int | tuple):
-            raise TypeError("partitions must be an iterable of partitions (a list), or None")
-        parts: set[int] = set()
-        for item in partitions:
-            if isinstance(item, tuple):
-                stream, part = item
-                if stream != self.topic:
-                    raise ValueError(f"{stream!r} is not this subscriber's stream {self.topic!r}")
-                item = part
-            check_int("partition", item)
-            if item not in self._assigned:
-                raise ValueError(f"partition {item} of {self.topic!r} is not held")
-            parts.add(item)
-        return parts
 
     def confirm(
         self,
@@ -496,16 +305,11 @@ class Subscriber(Closing):
         Without ``offset``, confirms the last record returned by ``poll`` on every partition
         (of ``stream`` when given); with nothing read it does nothing. Commits are
         asynchronous; failures go to the error handler, as does a confirm after the lease was
-        lost (which changes nothing). Inside
-        ``on_revoke`` the partitions are still owned and the commit is synchronous.
-
-        With ``conn`` (a SQLAlchemy connection in the application's transaction, and
-        ``SubscriberConfig(positions=...)``), the positions are written in that transaction,
-        and committed to Kafka once it commits (docs/exactly-once.md); ungrouped subscribers
-        confirm this way too.
-
-        It does not wait for a ``poll`` running in another thread, so a worker thread can
-        confirm while a hook on the polling thread waits for it.
+        lost (which changes nothing). Inside ``on_revoke`` the commit is synchronous. With
+        ``conn`` (a SQLAlchemy connection, and ``SubscriberConfig(positions=...)``), the
+        positions are written in that transaction and committed to Kafka once it commits
+        (docs/exactly-once.md); ungrouped subscribers confirm this way too. It does not wait
+        for a ``poll`` running in another thread.
 
         Raises:
             IllegalSubscriberStateError: The subscriber is ungrouped (without ``conn``), or
@@ -527,21 +331,18 @@ class Subscriber(Closing):
         read: Mapping[int, int] | None = None,
         limited: bool = True,
     ) -> None:
-        """``confirm``, against ``read``: the last record handed out per partition (an
-        asyncio iteration hands a batch out one record at a time); by default the last
-        record each poll returned. A running parallel receiver's safe points bound it unless
-        not ``limited`` (the receiver's own confirms, computed from them)."""
+        """``confirm`` against ``read`` (the last record handed out per partition; by default
+        the last each poll returned), bounded by a running parallel receiver's safe points
+        unless not ``limited`` (the receiver's own confirms, computed from them)."""
         if not self.grouped and conn is None:
             raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
-        p = 0
         if offset is not None:
             check_int("offset", offset)
-            p = self._partition_arg(partition)
+        p = 0 if offset is None else self._partition_arg(partition)
+        limit = self._receiver_hooks.limit if limited else None
         deactivated = self._fetcher.deactivated
         positions = self._confirms.targets(offset, p, deactivated=deactivated, read=read)
-        limit = self._receiver_hooks.limit if limited else None
-        if limit is not None and positions:
-            positions = limit(positions, offset)
+        positions = limit(positions, offset) if limit is not None and positions else positions
         if not positions:
             return
         if TELEMETRY is not None:
@@ -553,15 +354,7 @@ class Subscriber(Closing):
         consumer: each gives the delivered positions and the group's metadata (Kafka's
         ``sendOffsetsToTransaction(positions, consumer.groupMetadata())``) and what to call
         once the transaction commits. Applications call ``Publisher.confirm``."""
-        return [self._confirm_in_transaction]
-
-    def _confirm_in_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
-        """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
-        to call once the transaction commits. A durable client's polls stop committing what
-        they delivered: the transactions confirm what is finished (an aborted one, nothing)."""
-        if self._durable is not None:
-            self._durable.commit_delivered = False
-        return self._confirms.for_transaction(deactivated=self._fetcher.deactivated)
+        return [self._core.for_transaction]
 
     def health(self, *, lag: bool = True) -> Health:
         """Lease held, last poll, lag per held partition (read from the log ends unless
@@ -612,35 +405,11 @@ class Subscriber(Closing):
                     "a receiver is already attached", stream=self.topic
                 )
             # Started under the lock: a second caller finds it running.
-            seat = ReceiverSeat(
-                self,
-                assigned=self._assigned,
-                holds=self._positions.holds,
-                lock=self._lock,
-                report=self._report,
-                confirm=lambda offset, p: self._confirm(offset, p, limited=False),
-                rewind=self._rewind,
-                hooks=self._receiver_hooks,
-                durable=self._durable,
-            )
+            confirm = partial(self._confirm, limited=False)
+            seat = self._core.seat(self, self._lock, self._report, confirm, self._rewind)
             receiver = self._receiver = new_receiver(seat, handler, poll_timeout_ms, **options)
             receiver.start()
         return receiver
-
-    def _report(self, summary: str, error: BaseException | None) -> None:
-        """Tell the error handler (or the log); while the lock is held, once it is let go."""
-        handler = self.config.error_handler
-        if handler is None:
-            log.warning("%s: %s", summary, error if error is not None else "")
-            return
-
-        def call() -> None:
-            try:
-                handler(summary, error)
-            except Exception:
-                log.exception("error handler raised")
-
-        self._lock.call(call)
 
     def _partition_arg(self, partition: int | None) -> int:
         return partition_arg(self.topic, self.partitions, partition)
@@ -696,46 +465,7 @@ class Subscriber(Closing):
             if self._closed:
                 return
             self._closed = True
-            try:
-                if self._durable is not None:
-                    self._durable.before_close(keep_alive, failed=failed)
-            finally:
-                try:
-                    if self.grouped:
-                        self._leave_group()
-                    self._consumer.close()
-                finally:
-                    self._confirms.close()
-                    if self._durable is not None:
-                        self._durable.after_close(keep_alive)
-                    self._fetcher.close()
-
-    def _leave_group(self) -> None:
-        """Leave the subscriber group, serving its callbacks here rather than in ``close``.
-
-        Any call on the consumer from a rebalance callback that ``close`` itself serves (the
-        unassign every revocation needs) can wait for ever when the group still had a join or
-        an assignment in flight (librdkafka #4884; the GIL is held there, so the whole process
-        freezes), and librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final)
-        when a consumer closes while a re-subscription is still settling. So a join in flight
-        is finished first, the subscription is left, and the consumer is polled until nothing
-        is assigned and no rebalance callback has come for a few polls; ``close`` then finds
-        nothing left to revoke. Records fetched meanwhile are dropped: nothing past the
-        confirmed positions was delivered.
-        """
-        consumer = self._consumer
-        deadline = time.monotonic() + _LEAVE_TIMEOUT_S
-        # A deactivated subscriber has left already: no join of its own is on its way.
-        joining = not self._fetcher.deactivated
-        while joining and not self._rebalances and time.monotonic() < deadline:
-            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
-        consumer.unsubscribe()
-        quiet = 0
-        while time.monotonic() < deadline and quiet < _LEAVE_QUIET_POLLS:
-            served = self._rebalances
-            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
-            settled = self._rebalances == served and not consumer.assignment()
-            quiet = quiet + 1 if settled else 0
+            self._core.close(self.grouped, keep_alive, failed=failed)
 
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
@@ -746,8 +476,7 @@ class Subscriber(Closing):
 
 
 def poll_step(sub: Subscriber, *, first: bool) -> Polled:
-    """One step of a poll that never waits (a deadline already past): what takes what is
-    fetched; the asyncio API awaits between steps. Its outcome can be given back."""
+    """One step of a poll that never waits; the asyncio API awaits between steps."""
     return sub._poll_once(0.0, first=first)
 
 
@@ -764,6 +493,5 @@ def confirm_read(
     conn: Any,
     read: Mapping[int, int] | None,
 ) -> None:
-    """``Subscriber.confirm`` against ``read``: the last record handed out per partition (an
-    asyncio iteration hands a batch out one record at a time)."""
+    """``Subscriber.confirm`` against ``read``, what an asyncio iteration handed out."""
     sub._confirm(offset, partition, conn=conn, read=read)

@@ -16,31 +16,26 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
 from bolide.facade.errors import BrokerError, StoreError
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
-    committed_offsets,
     ensure_topic,
-    log_ends,
-    log_starts,
 )
 from bolide.facade.ports import ArchiveStore, HistoryStore
 from bolide.facade.record import Record, record_from_message
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
-from bolide.stores._capacity import require_delete_records, trim
+from bolide.stores._archive_offsets import TP, ArchiveOffsets, log_commit_errors, reached
+from bolide.stores._capacity import require_delete_records
 from bolide.stores.typed_archive import write_typed
 
 __all__ = ["Archiver", "ArchiverStats", "ProgressCallback"]
 
 log = logging.getLogger(__name__)
-
-_TP = tuple[str, int]
 
 #: Archiver consumer defaults (over CONSUMER_DEFAULTS): a restarted archiver takes over the
 #: partitions of a killed one after the session timeout, so keep it shorter than Kafka's 45 s.
@@ -77,7 +72,7 @@ class ArchiverStats:
     caught_up: bool = False
     retries: int = 0
     typed_rejected: int = 0
-    positions: dict[_TP, int] = field(default_factory=dict)
+    positions: dict[TP, int] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[ArchiverStats], None]
@@ -142,7 +137,7 @@ class Archiver:
         self.progress_interval_s = progress_interval_s
         self.max_backoff_s = max_backoff_s
         self._consumer_config = dict(consumer_config or {})
-        self._partitions: list[_TP] = []
+        self._partitions: list[TP] = []
         for stream in self.streams.values():
             count = ensure_topic(cluster, stream)
             self._partitions.extend((stream.name, p) for p in range(count))
@@ -151,15 +146,13 @@ class Archiver:
         if isinstance(store, ArchiveStore):
             store.check_schema()
         self._stop = threading.Event()
-        self._gaps: dict[str, FetchGaps] = {}  # per topic, for the current consumer
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._trimmed: dict[_TP, int] = {}
-        self._unsettled: dict[_TP, int] = {}  # committed asynchronously since the last sync
+        self._offsets = ArchiveOffsets(cluster, self.streams, self._partitions)
         self.stats = ArchiverStats()
         # What health() reports: the partitions held, the positions, the last poll.
-        self._held: set[_TP] = set()
-        self._positions: dict[_TP, int] = {}
+        self._held: set[TP] = set()
+        self._positions: dict[TP, int] = {}
         self._running = False
         self._last_poll_ms: int | None = None
         if TELEMETRY is not None:
@@ -242,15 +235,15 @@ class Archiver:
         meter = _Meter(started)
         self._running = True
         try:
-            positions = self._positions = self._committed(consumer)
-            target = self._ends() if until_caught_up else None
+            positions = self._positions = self._offsets.committed(consumer)
+            target = self._offsets.ends() if until_caught_up else None
             self.stats = ArchiverStats(positions=dict(positions))
-            if target is not None and _reached(positions, target):
+            if target is not None and reached(positions, target):
                 self._report(meter, positions, target, caught_up=True, force=True)
                 return self.stats
             # A first report at once (what is left to do), before the group is joined.
             self._report(meter, positions, target, caught_up=False, force=True)
-            self._gaps = {}
+            self._offsets.gaps.clear()
             consumer.subscribe(
                 sorted(self.streams), on_assign=self._on_assign, on_revoke=self._on_revoke
             )
@@ -265,13 +258,13 @@ class Archiver:
                     # Idle: step over offsets that hold no record (transaction markers), and
                     # learn the commits of other group members that may have moved.
                     last_refresh = time.monotonic()
-                    positions.update(self._past_markers(consumer, positions))
+                    positions.update(self._offsets.past_markers(consumer, positions))
                     if target is not None:
-                        for tp, offset in self._refresh(consumer).items():
+                        for tp, offset in self._offsets.refresh(consumer).items():
                             positions[tp] = max(positions.get(tp, 0), offset)
-                done = target is not None and _reached(positions, target)
+                done = target is not None and reached(positions, target)
                 if done:
-                    self._settle_commits(consumer)
+                    self._offsets.settle(consumer)
                 self._report(meter, positions, target, caught_up=done, force=done)
                 if done:
                     break
@@ -279,7 +272,7 @@ class Archiver:
             self._running = False
             self._held.clear()
             try:
-                self._settle_commits(consumer)
+                self._offsets.settle(consumer)
             finally:
                 consumer.close()
             self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
@@ -296,7 +289,7 @@ class Archiver:
                 {
                     "group.id": self.group,
                     "client.id": f"bolide-archiver-{self.group}",
-                    "on_commit": _log_commit_errors,
+                    "on_commit": log_commit_errors,
                 },
                 self._consumer_config,
             )
@@ -323,11 +316,7 @@ class Archiver:
             if where in refetching:
                 continue
             topic = str(msg.topic())
-            gaps = self._gaps.get(topic)
-            if gaps is None:
-                settle_s = self.cluster.fetch_gap_settle_ms / 1000
-                gaps = self._gaps[topic] = FetchGaps(topic, settle_s)
-            if gaps.refetch(consumer, msg):
+            if self._offsets.gaps_of(topic).refetch(consumer, msg):
                 refetching.add(where)  # the rest of this partition comes again, in order
                 continue
             rec = record_from_message(msg)
@@ -336,10 +325,10 @@ class Archiver:
 
     def _archive(
         self, consumer: Consumer, records: dict[str, list[Record]], meter: _Meter
-    ) -> dict[_TP, int]:
+    ) -> dict[TP, int]:
         """Write one batch (one transaction), then commit its offsets, then trim."""
         inserted = self._write(records)
-        nexts: dict[_TP, int] = {}
+        nexts: dict[TP, int] = {}
         for stream, recs in records.items():
             for rec in recs:
                 tp = (stream, int(rec.partition or 0))
@@ -354,18 +343,8 @@ class Archiver:
             inserted=self.stats.inserted + inserted,
             batches=self.stats.batches + 1,
         )
-        # The rows are in the database: the offsets may follow asynchronously (a crash before
-        # they land re-reads rows that are already stored, and inserts are idempotent).
-        consumer.commit(offsets=_topic_partitions(nexts))
-        self._unsettled.update(nexts)
-        self._trim(consumer, nexts)
+        self._offsets.archived(consumer, nexts)
         return nexts
-
-    def _settle_commits(self, consumer: Consumer) -> None:
-        """Commit the latest archived offsets synchronously (on catching up and on stop)."""
-        if self._unsettled:
-            unsettled, self._unsettled = self._unsettled, {}
-            self._commit(consumer, unsettled)
 
     def _write(self, records: dict[str, list[Record]]) -> int:
         """Write with retries and backoff; Kafka offsets wait until this returns."""
@@ -422,112 +401,13 @@ class Archiver:
         except Exception:
             log.exception("archiver error handler raised")
 
-    def _past_markers(self, consumer: Consumer, positions: dict[_TP, int]) -> dict[_TP, int]:
-        """Commit read positions that moved past offsets holding no record.
-
-        Called when a read came back empty, so every record before the positions is archived;
-        a position ahead of the committed offset only stepped over transaction markers or
-        compacted offsets. Without this a transactional stream would never look caught up.
-        """
-        try:
-            current = consumer.position(consumer.assignment())
-        except KafkaException as exc:
-            log.debug("could not read positions: %s", exc)
-            return {}
-        ahead = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in current
-            if tp.offset >= 0
-            and tp.offset > positions.get((tp.topic, tp.partition), 0)
-            and not self._checking(tp.topic, tp.partition)
-        }
-        return self._commit(consumer, ahead) if ahead else {}
-
-    def _checking(self, topic: str, partition: int) -> bool:
-        gaps = self._gaps.get(topic)
-        return gaps is not None and gaps.checking(partition)
-
-    def _commit(self, consumer: Consumer, nexts: dict[_TP, int]) -> dict[_TP, int]:
-        """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
-        offsets = _topic_partitions(nexts)
-        for attempt in range(3):
-            try:
-                result = consumer.commit(offsets=offsets, asynchronous=False) or []
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                if err.retriable() and attempt < 2:
-                    time.sleep(0.2)
-                    continue
-                log.warning("offset commit failed (the records will be re-read): %s", err.str())
-                return {}
-            accepted = {
-                (tp.topic, tp.partition): int(tp.offset) for tp in result if tp.error is None
-            }
-            for tp, offset in accepted.items():
-                if self._unsettled.get(tp, offset) <= offset:
-                    self._unsettled.pop(tp, None)  # never commit an older offset after this one
-            return accepted
-        return {}
-
-    def _trim(self, consumer: Consumer, committed: dict[_TP, int]) -> None:
-        """Keep about ``capacity`` records per partition in Kafka; only archived ones go."""
-        before: dict[_TP, int] = {}
-        for (topic, p), position in committed.items():
-            capacity = self.streams[topic].capacity
-            if capacity is None:
-                continue
-            high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
-            end = max(int(high), position)
-            cut = min(position, end - capacity)
-            slack = max(1, capacity // 10)
-            if cut - self._trimmed.get((topic, p), 0) >= slack:
-                before[(topic, p)] = cut
-        self._trimmed.update(trim(self.cluster, before))
-
-    # -- positions and progress -------------------------------------------------------------
-
-    def _committed(self, consumer: Consumer, timeout_s: float = 10.0) -> dict[_TP, int]:
-        """The group's committed offsets; the log start where nothing is committed."""
-        asked = [TopicPartition(t, p) for t, p in self._partitions]
-        out: dict[_TP, int] = {}
-        missing: dict[str, list[int]] = {}
-        for tp in committed_offsets(consumer, asked, timeout_s):
-            if tp.offset is not None and tp.offset >= 0:
-                out[(tp.topic, tp.partition)] = int(tp.offset)
-            else:
-                missing.setdefault(tp.topic, []).append(tp.partition)
-        for topic, parts in missing.items():
-            for p, start in log_starts(consumer, topic, parts, cluster=self.cluster).items():
-                out[(topic, p)] = start
-        return out
-
-    def _refresh(self, consumer: Consumer) -> dict[_TP, int]:
-        """Committed offsets once this member holds partitions; nothing while it joins.
-
-        A join in progress holds the coordinator connection (brokers answer one request per
-        connection at a time), so asking then would only time out.
-        """
-        if not consumer.assignment():
-            return {}
-        try:
-            return self._committed(consumer, timeout_s=2.0)
-        except KafkaException as exc:
-            log.debug("could not refresh committed offsets: %s", exc)
-            return {}
-
-    def _ends(self) -> dict[_TP, int]:
-        ends: dict[_TP, int] = {}
-        for name in self.streams:
-            parts = [p for topic, p in self._partitions if topic == name]
-            for p, end in log_ends(self.cluster, name, parts).items():
-                ends[(name, p)] = end
-        return ends
+    # -- progress ---------------------------------------------------------------------------
 
     def _report(
         self,
         meter: _Meter,
-        positions: dict[_TP, int],
-        target: dict[_TP, int] | None,
+        positions: dict[TP, int],
+        target: dict[TP, int] | None,
         *,
         caught_up: bool,
         force: bool = False,
@@ -575,22 +455,6 @@ class _Meter:
         self._count = 0
         self.last_report = now
         return rate
-
-
-def _topic_partitions(offsets: dict[_TP, int]) -> list[TopicPartition]:
-    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-
-
-def _log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-    """Asynchronous commits that fail only cost a re-read of stored rows: log them."""
-    failed = [f"{tp.topic}[{tp.partition}]" for tp in partitions if tp.error is not None]
-    if err is not None or failed:
-        reason = err.str() if err is not None else "partition errors"
-        log.warning("offset commit failed for %s (re-read on restart): %s", failed, reason)
-
-
-def _reached(positions: dict[_TP, int], target: dict[_TP, int]) -> bool:
-    return all(positions.get(tp, 0) >= end for tp, end in target.items())
 
 
 def _check_arguments(

@@ -1,19 +1,33 @@
-"""A subscriber's consumer group id, consumer settings, commit reports and partition argument."""
+"""A subscriber's consumer group id, consumer settings, error and commit reports, and the
+partition arguments of its methods."""
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, SubscriberConfig, check_eager
 from bolide.facade.durable import durable_group_id
 from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.facade.validate import check_int
 
-__all__ = ["commit_reporter", "consumer_config", "group_id", "partition_arg"]
+__all__ = [
+    "commit_reporter",
+    "consumer_config",
+    "error_reporter",
+    "group_id",
+    "partition_arg",
+    "partitions_arg",
+]
+
+log = logging.getLogger("bolide.facade.subscriber")
+
+ErrorHandler = Callable[[str, BaseException | None], None]
 
 
 def group_id(config: SubscriberConfig) -> str:
@@ -54,8 +68,28 @@ def consumer_config(
     return settings
 
 
+def error_reporter(handler: ErrorHandler | None, lock: HookLock) -> ErrorHandler:
+    """A subscriber's report: to ``handler`` (the error handler) once ``lock`` is let go, or
+    to the log without one. A handler that raises is logged, never propagated."""
+
+    def report(summary: str, error: BaseException | None) -> None:
+        if handler is None:
+            log.warning("%s: %s", summary, error if error is not None else "")
+            return
+
+        def call() -> None:
+            try:
+                handler(summary, error)
+            except Exception:
+                log.exception("error handler raised")
+
+        lock.call(call)
+
+    return report
+
+
 def commit_reporter(
-    topic: str, report: Callable[[str, BaseException | None], None]
+    topic: str, report: ErrorHandler
 ) -> Callable[[KafkaError | None, list[TopicPartition]], None]:
     """The consumer's ``on_commit``: a failed confirm goes to ``report`` (the error handler)."""
 
@@ -84,3 +118,31 @@ def partition_arg(topic: str, partitions: int, partition: int | None) -> int:
     if partition >= partitions:
         raise ValueError(f"partition {partition} does not exist in {topic!r}")
     return partition
+
+
+def partitions_arg(
+    topic: str, held: set[int], partitions: Iterable[int | tuple[str, int]] | None
+) -> set[int]:
+    """``partitions`` (numbers, or ``(stream, partition)`` pairs) checked against what is
+    ``held``; ``None`` means every held partition.
+
+    Raises:
+        TypeError: ``partitions`` is a single partition rather than an iterable.
+        ValueError: A partition is of another stream, or not held.
+    """
+    if partitions is None:
+        return set(held)
+    if isinstance(partitions, int | tuple):
+        raise TypeError("partitions must be an iterable of partitions (a list), or None")
+    parts: set[int] = set()
+    for item in partitions:
+        if isinstance(item, tuple):
+            stream, part = item
+            if stream != topic:
+                raise ValueError(f"{stream!r} is not this subscriber's stream {topic!r}")
+            item = part
+        check_int("partition", item)
+        if item not in held:
+            raise ValueError(f"partition {item} of {topic!r} is not held")
+        parts.add(item)
+    return parts

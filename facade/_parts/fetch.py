@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from itertools import islice
 
@@ -198,6 +198,30 @@ class Fetcher:
         self.pending.clear()
         self._returned = 0
         self._positions.move(self._assigned, partition, offset)
+
+    def seek(self, offsets: Mapping[int, int]) -> None:
+        """Move each partition to its offset (where the history splice or the log start
+        takes it when Kafka no longer holds it)."""
+        self.drop(set(offsets))
+        for p, offset in offsets.items():
+            self.move(p, self._positions.seek_target(p, offset))
+
+    def rewind(self, offsets: Mapping[int, int]) -> None:
+        """Read partitions again from ``offsets`` (records a receiver abandoned unfinished):
+        what lies below stays confirmable, nothing at or past them until it is read again."""
+        last_read = self._last_read
+        for p, offset in offsets.items():
+            if p not in self._assigned:
+                continue  # given up: the next owner reads on from the confirmed offset
+            self.drop({p})
+            if self._grouped:
+                self._positions.rewind(p, offset)
+            else:
+                self.move(p, offset)
+            if offset > 0 and last_read.get(p, -1) >= offset:
+                last_read[p] = offset - 1
+            elif offset == 0:
+                last_read.pop(p, None)
 
     def close(self) -> None:
         """Release the dead letter publisher."""

@@ -99,34 +99,43 @@ def test_empty_stream_assignment_commits_nothing(cluster, stream, api):
 
 
 def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publisher, api):
-    first = grouped(cluster, stream, api=api)
-    eventually(first.is_assigned)
-    # The lease holder keeps polling, as a live member does (docs/compatibility.md: the embedded
-    # broker stalls a group whose leader leaves without answering a pending rebalance).
-    stop = threading.Event()
+    members = [grouped(cluster, stream, api=api)]
+    eventually(members[0].is_assigned)
+    members.append(grouped(cluster, stream, api=api))
+    # Both keep polling, as live members do, until the group settles (docs/compatibility.md: the
+    # embedded broker stalls a group whose leader leaves without answering a pending rebalance).
+    # The assignor may give the one partition to either member.
+    stops = [threading.Event(), threading.Event()]
+    closing = [False, False]
 
-    def hold() -> None:
-        while not stop.is_set():
-            first.poll(50)
-        first.close()
+    def hold(i: int) -> None:
+        while not stops[i].is_set():
+            members[i].poll(50)
+        if closing[i]:
+            members[i].close()
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    second = grouped(cluster, stream, api=api)
+    threads = [threading.Thread(target=hold, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    wait_until_settled(cluster, f"g-{stream.name}")
+    holder = 0 if members[0].is_assigned() else 1
+    waiter = members[1 - holder]
+    stops[1 - holder].set()
+    threads[1 - holder].join()
+    assert not waiter.is_assigned()
     publisher.publish(Record(b"h0"))
     publisher.publish(Record(b"h1"))
-    assert not second.is_assigned()
-    assert len(second.poll(1)) == 0
-    wait_until_settled(cluster, f"g-{stream.name}")
+    assert len(waiter.poll(1)) == 0
     started = time.monotonic()
-    stop.set()
-    holder.join()
-    got = [r.data for r in second.poll(60_000)]
+    closing[holder] = True
+    stops[holder].set()
+    threads[holder].join()
+    got = [r.data for r in waiter.poll(60_000)]
     elapsed = time.monotonic() - started
     assert got == [b"h0", b"h1"]
     assert elapsed < 45  # returned with the records, not at the end of its 60 s wait
-    assert second.is_assigned()
-    second.close()
+    assert waiter.is_assigned()
+    waiter.close()
 
 
 def test_consume_and_confirm(cluster, stream, publisher, api):

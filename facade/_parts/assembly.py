@@ -1,0 +1,177 @@
+"""``assemble``: a subscriber's parts, built together because they share its partitions held,
+its queue, its lock and its error handler."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from bolide.facade._internal.lock import HookLock
+from bolide.facade._parts.confirms import Confirms
+from bolide.facade._parts.fetch import Fetcher
+from bolide.facade._parts.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
+from bolide.facade._parts.lease import Lease
+from bolide.facade._parts.positions import Positions, Report
+from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.durable import DurableSession
+from bolide.facade.record import Record
+
+__all__ = ["Parts", "assemble"]
+
+
+@dataclass(slots=True, frozen=True)
+class Parts:
+    """What a subscriber is made of (see docs/architecture.md)."""
+
+    consumer: Consumer
+    #: The partitions held: one set, updated in place, that every part reads.
+    assigned: set[int]
+    positions: Positions
+    confirms: Confirms
+    #: Read, not yet delivered.
+    pending: deque[Message | Record]
+    #: A durable client's session (GemFire's durable client), else ``None``.
+    durable: DurableSession | None
+    fetcher: Fetcher
+    lease: Lease
+    #: A running parallel receiver's revoke listener and confirm limit.
+    receiver_hooks: ReceiverHooks
+
+    def start(self, config: SubscriberConfig, group_id: str, partitions: int) -> None:
+        """Claim the durable id, then join the group or assign every partition (where each
+        starts: its stored position, else the initial offset scheme). On failure the
+        durable claim is given back and the consumer closed (never subscribed: nothing to
+        revoke)."""
+        try:
+            if self.durable is not None:
+                self.durable.connect()
+            confirms, positions, every = self.confirms, self.positions, range(partitions)
+            if config.grouped:
+                if positions.scheme is InitialOffsetScheme.NONE:
+                    stored = confirms.stored(every) if confirms.keeps_positions else None
+                    positions.require_confirmed(group_id, stored)
+                self.lease.subscribe()
+            else:
+                stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
+                positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
+        except BaseException:
+            try:
+                if self.durable is not None:
+                    self.durable.abort()
+            finally:
+                self.consumer.close()
+            raise
+
+    def for_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
+        """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
+        to call once the transaction commits. A durable client's polls stop committing what
+        they delivered: the transactions confirm what is finished (an aborted one, nothing)."""
+        if self.durable is not None:
+            self.durable.commit_delivered = False
+        return self.confirms.for_transaction(deactivated=self.fetcher.deactivated)
+
+    def close(self, grouped: bool, keep_alive: bool, *, failed: bool) -> None:
+        """Shut the parts down in order: the durable client's last commit, leaving the
+        group, the consumer, then confirms, the durable registry and the dead letters."""
+        durable = self.durable
+        try:
+            if durable is not None:
+                durable.before_close(keep_alive, failed=failed)
+        finally:
+            try:
+                if grouped:
+                    # A deactivated subscriber has left already: no join is on its way.
+                    self.lease.leave(joining=not self.fetcher.deactivated)
+                self.consumer.close()
+            finally:
+                self.confirms.close()
+                if durable is not None:
+                    durable.after_close(keep_alive)
+                self.fetcher.close()
+
+    def seat(
+        self,
+        subscriber: SubscriberView,
+        lock: HookLock,
+        report: Report,
+        confirm: Callable[[int, int], None],
+        rewind: Callable[[Mapping[int, int]], None],
+    ) -> ReceiverSeat:
+        """The receivers' view of ``subscriber`` (``ReceiverHost``)."""
+        return ReceiverSeat(
+            subscriber,
+            assigned=self.assigned,
+            holds=self.positions.holds,
+            lock=lock,
+            report=report,
+            confirm=confirm,
+            rewind=rewind,
+            hooks=self.receiver_hooks,
+            durable=self.durable,
+        )
+
+
+def assemble(
+    cluster: Cluster,
+    config: SubscriberConfig,
+    consumer: Consumer,
+    partitions: int,
+    *,
+    group_id: str,
+    report: Report,
+    lock: HookLock,
+    closed: Callable[[], bool],
+) -> Parts:
+    """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of
+    ``partitions``). Nothing talks to Kafka until ``Parts.start``."""
+    topic, grouped = config.single.name, config.grouped
+    assigned: set[int] = set() if grouped else set(range(partitions))
+    positions = Positions(cluster, config, consumer, partitions, report)
+    confirms = Confirms(
+        topic,
+        consumer,
+        positions,
+        assigned,
+        grouped=grouped,
+        group_id=group_id,
+        store=config.positions,
+        report=report,
+        lock=lock,
+    )
+    pending: deque[Message | Record] = deque()
+    durable: DurableSession | None = None
+    if config.durable_id is not None:
+        host = SessionHost(consumer, topic, assigned, positions, pending, report, lock)
+        durable = DurableSession(host, cluster, config, partitions)
+    hooks = ReceiverHooks()
+    lease = Lease(
+        config,
+        consumer,
+        topic,
+        group_id,
+        assigned=assigned,
+        positions=positions,
+        confirms=confirms,
+        hooks=hooks,
+        durable=durable,
+        report=report,
+        lock=lock,
+        closed=closed,
+    )
+    fetcher = Fetcher(
+        cluster,
+        config,
+        consumer,
+        assigned=assigned,
+        positions=positions,
+        durable=durable,
+        report=report,
+        lease_expired=lease.expired,
+        pending=pending,
+    )
+    lease.serve(fetcher)
+    return Parts(consumer, assigned, positions, confirms, pending, durable, fetcher, lease, hooks)

@@ -1,0 +1,221 @@
+"""``Lease``: a grouped subscriber's ownership of its partitions in the consumer group: the
+rebalance callbacks (assigned, revoked, lost), the lease lost when polls stop, and leaving the
+group on close."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bolide.facade._internal.lock import HookLock
+from bolide.facade._parts.confirms import Confirms
+from bolide.facade._parts.fetch import Fetcher
+from bolide.facade._parts.host import ReceiverHooks
+from bolide.facade._parts.positions import Positions, Report
+from bolide.facade.config import SubscriberConfig
+from bolide.facade.durable import DurableSession
+from bolide.facade.errors import NotAssignedError
+
+__all__ = ["Lease"]
+
+log = logging.getLogger(__name__)
+
+#: How long ``leave`` serves the group's revocation before the consumer is closed anyway.
+_LEAVE_TIMEOUT_S = 10.0
+_LEAVE_BATCH = 500
+_LEAVE_POLL_S = 0.05
+#: Polls in a row with nothing assigned and no rebalance callback before ``close``.
+_LEAVE_QUIET_POLLS = 4
+
+PartitionHook = Callable[[list[int]], None]
+
+
+class Lease:
+    """The partitions a subscriber holds, as the group moves them.
+
+    Args:
+        config: The subscriber's settings (its ``on_assign``/``on_revoke`` hooks).
+        consumer: The subscriber's Kafka consumer.
+        topic: The stream's topic.
+        group_id: The subscriber group (for messages).
+        assigned: The partitions held (updated in place; the subscriber's parts share it).
+        positions: Where each partition reads; its holds and history cursors.
+        confirms: The subscriber's confirms (committed on revocation by the hooks).
+        hooks: A running parallel receiver's revoke listener.
+        durable: A durable client's session, else ``None``.
+        report: The subscriber's error handler.
+        lock: The subscriber's lock; user hooks run once it is let go.
+        closed: Whether the subscriber is closed (a lost lease is not reported then).
+    """
+
+    def __init__(
+        self,
+        config: SubscriberConfig,
+        consumer: Consumer,
+        topic: str,
+        group_id: str,
+        *,
+        assigned: set[int],
+        positions: Positions,
+        confirms: Confirms,
+        hooks: ReceiverHooks,
+        durable: DurableSession | None,
+        report: Report,
+        lock: HookLock,
+        closed: Callable[[], bool],
+    ) -> None:
+        self._config = config
+        self._consumer = consumer
+        self._topic = topic
+        self._group_id = group_id
+        self._assigned = assigned
+        self._positions = positions
+        self._confirms = confirms
+        self._hooks = hooks
+        self._durable = durable
+        self._report = report
+        self._lock = lock
+        self._closed = closed
+        self._fetcher: Fetcher | None = None
+        #: Rebalance callbacks served (see ``leave``); a first one means the group answered.
+        self.rebalances = 0
+
+    def serve(self, fetcher: Fetcher) -> None:
+        """Let the lease drop what ``fetcher`` holds of partitions that move away."""
+        self._fetcher = fetcher
+
+    def subscribe(self) -> None:
+        """Join the group (again), with this lease's rebalance callbacks."""
+        self._consumer.subscribe(
+            [self._topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def deactivate(self) -> None:
+        """Give the partitions up (revoked while still owned) and leave the group; the
+        consumer is still served but reads nothing until ``reactivate``."""
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.deactivated:
+            return
+        self.lose(sorted(self._assigned), lost=False)  # on_revoke while still owned
+        fetcher.deactivated = True
+        self._consumer.unsubscribe()
+        fetcher.pending.clear()
+
+    def reactivate(self) -> None:
+        """Join the group again after ``deactivate``."""
+        fetcher = self._fetcher
+        if fetcher is None or not fetcher.deactivated:
+            return
+        fetcher.deactivated = False
+        self.subscribe()
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        parts = [tp.partition for tp in partitions]
+        positions = self._positions
+        try:
+            committed = self._confirms.committed(parts)
+            if self._durable is not None:
+                committed = self._durable.kept_positions(committed)
+            positions.resume(parts, committed)
+        except Exception as exc:
+            # Never leave the lease half taken: go on from what this member delivered, else
+            # from the group's confirmed offsets (never back below either).
+            self._report(f"positioning {self._topic}{parts} failed; using confirmed offsets", exc)
+            positions.fallback(parts)
+        self._assigned.intersection_update(parts)
+        self._assigned.update(parts)
+        log.info("%s assigned %s[%s]", self._group_id, self._topic, parts)
+        if self._durable is not None:
+            self._durable.on_assigned(parts)
+        hook = self._config.on_assign
+        if hook is not None:
+            self._lock.call(lambda: self._call_hook(hook, "on_assign", parts))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self.lose([tp.partition for tp in partitions], lost=False)
+        consumer.unassign()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self.lose([tp.partition for tp in partitions], lost=True)
+        consumer.unassign()
+
+    def lose(self, parts: list[int], *, lost: bool) -> None:
+        """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``."""
+        held = self._assigned & set(parts)
+        hook, listener = self._config.on_revoke, self._hooks.on_revoke
+        if held and listener is not None and lost:
+            listener(sorted(held), True)
+        if held and (hook is not None or listener is not None) and not lost:
+            # Kafka's onPartitionsRevoked: the partitions are still owned, so a confirm in the
+            # hook commits (synchronously) before the next owner reads them.
+            self._confirms.revoking = True
+            try:
+                if listener is not None:
+                    listener(sorted(held), False)
+                self._call_hook(hook, "on_revoke", sorted(held))
+            finally:
+                self._confirms.revoking = False
+        self._assigned -= set(parts)
+        self._positions.holds.drop(parts)  # Kafka forgets a moved partition's pause too
+        for p in parts:
+            self._positions.history.close(p)
+        fetcher = self._fetcher
+        if fetcher is not None:
+            fetcher.drop(parts)
+        # A revocation in a rebalance is routine (the lease may come straight back); only a
+        # lost session is reported here. A confirm without the lease is reported by confirm().
+        deactivated = fetcher is not None and fetcher.deactivated
+        if lost and held and not deactivated and not self._closed():
+            self._report(
+                f"lease lost on {self._topic}{sorted(held)}",
+                NotAssignedError("lease lost", stream=self._topic),
+            )
+        if held and hook is not None and lost:
+            # Kafka's onPartitionsLost: another member may own them already; nothing to commit.
+            self._call_hook(hook, "on_revoke", sorted(held))
+
+    def _call_hook(self, hook: PartitionHook | None, name: str, parts: list[int]) -> None:
+        if hook is None:
+            return
+        try:
+            hook(parts)
+        except Exception as exc:
+            self._report(f"{name} raised", exc)
+
+    def expired(self) -> None:
+        """The consumer missed its poll deadline: the group has moved on without it."""
+        self.lose(sorted(self._assigned), lost=True)
+
+    def leave(self, *, joining: bool) -> None:
+        """Leave the group, serving its callbacks here rather than in ``Consumer.close``.
+
+        Any call on the consumer from a rebalance callback that ``close`` itself serves (the
+        unassign every revocation needs) can wait for ever when the group still had a join or
+        an assignment in flight (librdkafka #4884; the GIL is held there, so the whole process
+        freezes), and librdkafka aborts the process (an assert in rd_kafka_cgrp_destroy_final)
+        when a consumer closes while a re-subscription is still settling. So a join in flight
+        (``joining``: the subscriber had not left already) is finished first, the subscription
+        is left, and the consumer is polled until nothing is assigned and no rebalance callback
+        has come for a few polls; ``close`` then finds nothing left to revoke. Records fetched
+        meanwhile are dropped: nothing past the confirmed positions was delivered.
+        """
+        consumer = self._consumer
+        deadline = time.monotonic() + _LEAVE_TIMEOUT_S
+        while joining and not self.rebalances and time.monotonic() < deadline:
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
+        consumer.unsubscribe()
+        quiet = 0
+        while time.monotonic() < deadline and quiet < _LEAVE_QUIET_POLLS:
+            served = self.rebalances
+            consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
+            settled = self.rebalances == served and not consumer.assignment()
+            quiet = quiet + 1 if settled else 0

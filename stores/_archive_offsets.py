@@ -1,0 +1,173 @@
+"""``ArchiveOffsets``: the archiver's side of Kafka. Its consumer group's committed offsets
+are the archive's position: read at the start, committed after each written batch (and
+synchronously on catching up and on stop), stepped over transaction markers when idle, and
+used to trim streams with a capacity down to the archived records."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from bolide.facade.compat import FetchGaps
+from bolide.facade.config import Cluster, StreamConfig
+from bolide.facade.kafka import committed_offsets, log_ends, log_starts
+from bolide.stores._capacity import trim
+
+__all__ = ["TP", "ArchiveOffsets", "log_commit_errors", "reached"]
+
+log = logging.getLogger("bolide.stores.archiver")
+
+TP = tuple[str, int]
+
+
+class ArchiveOffsets:
+    """The committed offsets of one archiver's group, over its streams' ``partitions``."""
+
+    def __init__(
+        self, cluster: Cluster, streams: dict[str, StreamConfig], partitions: list[TP]
+    ) -> None:
+        self._cluster = cluster
+        self._streams = streams
+        self._partitions = partitions
+        #: Per topic, for the current consumer (``Cluster.fetch_gap_settle_ms``).
+        self.gaps: dict[str, FetchGaps] = {}
+        self._trimmed: dict[TP, int] = {}
+        self._unsettled: dict[TP, int] = {}  # committed asynchronously since the last sync
+
+    def gaps_of(self, topic: str) -> FetchGaps:
+        """The skipped-fetch check of ``topic`` for the current consumer."""
+        gaps = self.gaps.get(topic)
+        if gaps is None:
+            settle_s = self._cluster.fetch_gap_settle_ms / 1000
+            gaps = self.gaps[topic] = FetchGaps(topic, settle_s)
+        return gaps
+
+    def archived(self, consumer: Consumer, nexts: dict[TP, int]) -> None:
+        """A batch is in the database: commit its offsets asynchronously (a crash before they
+        land re-reads rows that are already stored, and inserts are idempotent), then trim."""
+        consumer.commit(offsets=_topic_partitions(nexts))
+        self._unsettled.update(nexts)
+        self._trim(consumer, nexts)
+
+    def settle(self, consumer: Consumer) -> None:
+        """Commit the latest archived offsets synchronously (on catching up and on stop)."""
+        if self._unsettled:
+            unsettled, self._unsettled = self._unsettled, {}
+            self._commit(consumer, unsettled)
+
+    def past_markers(self, consumer: Consumer, positions: dict[TP, int]) -> dict[TP, int]:
+        """Commit read positions that moved past offsets holding no record.
+
+        Called when a read came back empty, so every record before the positions is archived;
+        a position ahead of the committed offset only stepped over transaction markers or
+        compacted offsets. Without this a transactional stream would never look caught up.
+        """
+        try:
+            current = consumer.position(consumer.assignment())
+        except KafkaException as exc:
+            log.debug("could not read positions: %s", exc)
+            return {}
+        ahead = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in current
+            if tp.offset >= 0
+            and tp.offset > positions.get((tp.topic, tp.partition), 0)
+            and not self._checking(tp.topic, tp.partition)
+        }
+        return self._commit(consumer, ahead) if ahead else {}
+
+    def _checking(self, topic: str, partition: int) -> bool:
+        gaps = self.gaps.get(topic)
+        return gaps is not None and gaps.checking(partition)
+
+    def _commit(self, consumer: Consumer, nexts: dict[TP, int]) -> dict[TP, int]:
+        """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
+        offsets = _topic_partitions(nexts)
+        for attempt in range(3):
+            try:
+                result = consumer.commit(offsets=offsets, asynchronous=False) or []
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.retriable() and attempt < 2:
+                    time.sleep(0.2)
+                    continue
+                log.warning("offset commit failed (the records will be re-read): %s", err.str())
+                return {}
+            accepted = {
+                (tp.topic, tp.partition): int(tp.offset) for tp in result if tp.error is None
+            }
+            for tp, offset in accepted.items():
+                if self._unsettled.get(tp, offset) <= offset:
+                    self._unsettled.pop(tp, None)  # never commit an older offset after this one
+            return accepted
+        return {}
+
+    def _trim(self, consumer: Consumer, committed: dict[TP, int]) -> None:
+        """Keep about ``capacity`` records per partition in Kafka; only archived ones go."""
+        before: dict[TP, int] = {}
+        for (topic, p), position in committed.items():
+            capacity = self._streams[topic].capacity
+            if capacity is None:
+                continue
+            high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
+            end = max(int(high), position)
+            cut = min(position, end - capacity)
+            slack = max(1, capacity // 10)
+            if cut - self._trimmed.get((topic, p), 0) >= slack:
+                before[(topic, p)] = cut
+        self._trimmed.update(trim(self._cluster, before))
+
+    def committed(self, consumer: Consumer, timeout_s: float = 10.0) -> dict[TP, int]:
+        """The group's committed offsets; the log start where nothing is committed."""
+        asked = [TopicPartition(t, p) for t, p in self._partitions]
+        out: dict[TP, int] = {}
+        missing: dict[str, list[int]] = {}
+        for tp in committed_offsets(consumer, asked, timeout_s):
+            if tp.offset is not None and tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = int(tp.offset)
+            else:
+                missing.setdefault(tp.topic, []).append(tp.partition)
+        for topic, parts in missing.items():
+            for p, start in log_starts(consumer, topic, parts, cluster=self._cluster).items():
+                out[(topic, p)] = start
+        return out
+
+    def refresh(self, consumer: Consumer) -> dict[TP, int]:
+        """Committed offsets once this member holds partitions; nothing while it joins.
+
+        A join in progress holds the coordinator connection (brokers answer one request per
+        connection at a time), so asking then would only time out.
+        """
+        if not consumer.assignment():
+            return {}
+        try:
+            return self.committed(consumer, timeout_s=2.0)
+        except KafkaException as exc:
+            log.debug("could not refresh committed offsets: %s", exc)
+            return {}
+
+    def ends(self) -> dict[TP, int]:
+        ends: dict[TP, int] = {}
+        for name in self._streams:
+            parts = [p for topic, p in self._partitions if topic == name]
+            for p, end in log_ends(self._cluster, name, parts).items():
+                ends[(name, p)] = end
+        return ends
+
+
+def _topic_partitions(offsets: dict[TP, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+
+def log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    """Asynchronous commits that fail only cost a re-read of stored rows: log them."""
+    failed = [f"{tp.topic}[{tp.partition}]" for tp in partitions if tp.error is not None]
+    if err is not None or failed:
+        reason = err.str() if err is not None else "partition errors"
+        log.warning("offset commit failed for %s (re-read on restart): %s", failed, reason)
+
+
+def reached(positions: dict[TP, int], target: dict[TP, int]) -> bool:
+    return all(positions.get(tp, 0) >= end for tp, end in target.items())
