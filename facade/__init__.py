@@ -43,12 +43,13 @@ from bolide.facade.errors import (
     StreamConfigMismatchError,
     TransactionError,
 )
-from bolide.facade.parallel import ParallelReceiver
+from bolide.facade.parallel import ParallelReceiver, ReceiverOptions
 from bolide.facade.publisher import PublishCallback, Publisher
-from bolide.facade.receiver import Receiver, ReceiverMetrics, ReceiverOptions, Retry
+from bolide.facade.receiver import Receiver, ReceiverMetrics
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
 from bolide.facade.resequencer.sequence import sequence_headers
+from bolide.facade.retry import Retry
 from bolide.facade.streams import StreamsSubscriber  # registers itself with Subscriber
 from bolide.facade.subscriber import Subscriber
 

@@ -15,10 +15,24 @@ payload and headers) plus three headers, all UTF-8 text so raw consumers and Spa
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from typing import TypeAlias
 
+from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 
-__all__ = ["DETAIL_HEADER", "REASON_HEADER", "SOURCE_HEADER", "Reason", "letter"]
+__all__ = [
+    "DETAIL_HEADER",
+    "REASON_HEADER",
+    "SOURCE_HEADER",
+    "DeadLetterTarget",
+    "Reason",
+    "letter",
+]
+
+#: Where a receiver sends a record it gives up: a dead-letter stream's publisher, or
+#: ``fn(record, error)``.
+DeadLetterTarget: TypeAlias = Publisher | Callable[[Record, BaseException], object]
 
 REASON_HEADER = "bolide.reason"
 DETAIL_HEADER = "bolide.reason.detail"

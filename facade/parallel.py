@@ -25,37 +25,68 @@ import logging
 import math
 import threading
 import time
-from collections import deque
-from typing import cast
+from typing import Literal, TypeAlias, TypedDict, cast
 
+from bolide.facade._parts.feed import Feed
 from bolide.facade._parts.lanes import NO_LANE, Board, LaneOf
 from bolide.facade._parts.outcomes import Runner
 from bolide.facade._parts.workers import AsyncWorkers, ThreadWorkers
+from bolide.facade.deadletter import DeadLetterTarget
 from bolide.facade.errors import (
     DurableClientBusyError,
     IllegalSubscriberStateError,
-    ResequencerFullError,
 )
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import (
     AsyncRecordHandler,
-    DeadLetterTarget,
-    Ordering,
     Receiver,
     ReceiverHost,
     ReceiverMetrics,
-    ReceiverOptions,
     RecordHandler,
-    Retry,
 )
-from bolide.facade.record import Record, RecordBatch
+from bolide.facade.record import RecordBatch
 from bolide.facade.resequencer.core import Resequencer
+from bolide.facade.retry import Retry
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
-__all__ = ["DeadLetterTarget", "Ordering", "ParallelReceiver", "ReceiverOptions", "new_receiver"]
+__all__ = ["Ordering", "ParallelReceiver", "ReceiverOptions", "new_receiver"]
 
 log = logging.getLogger(__name__)
+
+#: What a parallel receiver keeps in order: a key's records, a partition's, or nothing.
+Ordering: TypeAlias = Literal["key", "partition", "unordered"]
+
+
+class ReceiverOptions(TypedDict, total=False):
+    """The keyword options of ``Subscriber.attach_receiver``; any of them but the defaults
+    (or an ``async def`` handler) makes it a parallel receiver (docs/parallel.md).
+
+    Attributes:
+        concurrency: Records handled at once (threads, or coroutines of an async handler);
+            default 1.
+        ordering: ``"key"`` (default): a Kafka key's (message group's) records one at a time
+            in offset order, records without a key as one key per partition; ``"partition"``:
+            a partition's; ``"unordered"``: none.
+        retry: Calls per record before it is given up (default: one call, no retry).
+        dead_letter: Where a given-up record goes: a ``Publisher`` (its stream gets the record
+            with ``bolide.reason``, ``bolide.reason.detail`` and ``bolide.source``) or
+            ``fn(record, error)``; without one it is reported to the error handler and logged.
+        auto_confirm: Confirm, per partition, the highest offset at and below which every
+            record is finished (default ``True``; grouped subscribers only).
+        max_in_flight: Fetching pauses at this many records in flight (one poll may add up
+            to ``max_batch`` more) and resumes when half of them are finished; default 10,000.
+        resequencer: Offered every record in offset order; what it releases is handled (a
+            sequence group is one key), and confirms stay below its open groups.
+    """
+
+    concurrency: int
+    ordering: Ordering
+    retry: Retry | None
+    dead_letter: DeadLetterTarget | None
+    auto_confirm: bool
+    max_in_flight: int
+    resequencer: Resequencer | None
 
 
 _ORDERINGS: dict[str, LaneOf] = {
@@ -178,8 +209,6 @@ class ParallelReceiver(Receiver):
         _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
         self._max_in_flight = max_in_flight
         self._resume_at = max_in_flight // 2
-        self._resequencer = resequencer
-        self._unoffered: deque[Record] = deque()  # refused by a full resequencer, offered again
         # Kafka's group offsets only: positions kept in the application's database are
         # confirmed in its transactions (``metrics().safe`` says how far is finished).
         self._confirm = auto_confirm and host.grouped and host.config.positions is None
@@ -190,6 +219,7 @@ class ParallelReceiver(Receiver):
         self._paused = False
         self._inline = resequencer is None and not _is_async(handler)
         self._board = Board(_ORDERINGS[ordering])
+        self._feed = Feed(self._board, resequencer)
         run: RecordHandler | AsyncRecordHandler = self._handler  # with the process span
         if _is_async(handler):
             run = handler
@@ -228,7 +258,7 @@ class ParallelReceiver(Receiver):
             self._drain()
 
     def _fetch(self) -> None:
-        sub, board, reseq = self._host, self._board, self._resequencer
+        sub, board, feed = self._host, self._board, self._feed
         poll_ms = min(self._poll_timeout_ms, int(_STOP_CHECK_S * 1000))
         confirmed_at = 0.0
         while not self._stop.is_set():
@@ -236,10 +266,8 @@ class ParallelReceiver(Receiver):
             if self._confirm and now - confirmed_at >= _CONFIRM_EVERY_S:
                 confirmed_at = now
                 self._confirm_safe()
-            if reseq is not None:
-                self._offer_unoffered()
-                board.add(reseq.tick(), taken=True)
-            in_flight = board.in_flight + len(self._unoffered)
+            feed.tick()
+            in_flight = board.in_flight + len(feed)
             if in_flight >= self._max_in_flight or (self._paused and in_flight > self._resume_at):
                 self._pause()
                 continue
@@ -262,7 +290,7 @@ class ParallelReceiver(Receiver):
             if self._inline and self._runner.cost < _INLINE_BELOW_S and not board.in_flight:
                 self._run_here(batch)
             else:
-                self._take(batch)
+                feed.take(batch)
 
     def _run_here(self, batch: RecordBatch) -> None:
         """Handle a batch on the fetch thread (cheap calls, nothing in flight): the order of
@@ -291,34 +319,6 @@ class ParallelReceiver(Receiver):
         board.ran(records, one_partition=len(self._host.assigned()) == 1)
         self._runner.cost += 0.2 * ((last - start) / len(records) - self._runner.cost)
 
-    def _take(self, batch: RecordBatch) -> None:
-        reseq, board = self._resequencer, self._board
-        if reseq is None:
-            board.add(batch)
-            return
-        board.taken(batch)
-        released: list[Record] = []
-        records = list(batch)
-        for index, record in enumerate(records):
-            try:
-                released += reseq.offer(record)
-            except ResequencerFullError:
-                self._unoffered.extend(records[index:])
-                break
-        board.add(released, taken=True)
-
-    def _offer_unoffered(self) -> None:
-        reseq, waiting = self._resequencer, self._unoffered
-        assert reseq is not None
-        released: list[Record] = []
-        while waiting:
-            try:
-                released += reseq.offer(waiting[0])
-            except ResequencerFullError:
-                break
-            waiting.popleft()
-        self._board.add(released, taken=True)
-
     def _pause(self) -> None:
         """Stop fetching, keep the lease, wait a little for work to finish."""
         if not self._paused:
@@ -339,12 +339,12 @@ class ParallelReceiver(Receiver):
                     host.report("receiver poll failed", exc)
 
     def _in(self) -> int:
-        return self._board.in_flight + len(self._unoffered)
+        return self._board.in_flight + len(self._feed)
 
     def _drain(self) -> None:
         """Closing: finish in-flight work until the deadline, abandon the rest, confirm."""
         board, sub = self._board, self._host
-        self._unoffered.clear()  # never started: the next reader reads them again
+        self._feed.clear()
         try:
             self._host.hold_fetching()
             confirmed_at = time.monotonic()
@@ -365,7 +365,7 @@ class ParallelReceiver(Receiver):
                     sub.topic,
                     board.in_flight,
                 )
-            rewind = self._rewind_points()
+            rewind = self._feed.rewind_points()
             board.abandon_all()
             if rewind and not sub.closed:
                 sub.rewind(rewind)  # a later reader of this subscriber reads them again
@@ -376,35 +376,13 @@ class ParallelReceiver(Receiver):
 
     # -- confirms and revokes ----------------------------------------------------------------
 
-    def _safe(self, partition: int, safe: int | None) -> int | None:
-        reseq = self._resequencer
-        if reseq is None or safe is None:
-            return safe
-        held = reseq.safe_offset(partition)
-        return None if held is None else min(safe, held)
-
-    def _rewind_points(self) -> dict[int, int]:
-        """Per partition with records unfinished at close: the first offset to read again
-        (below a group the resequencer still holds open, too)."""
-        points = self._board.unfinished_from()
-        reseq = self._resequencer
-        if reseq is not None:
-            with self._board.lock:
-                spans = {p: (t.first, t.last) for p, t in self._board.tracks.items()}
-            for p, (first, last) in spans.items():
-                held = reseq.safe_offset(p)
-                again = first if held is None else held + 1
-                if again <= last:
-                    points[p] = min(points.get(p, again), again)
-        return points
-
     def _limit(self, targets: dict[int, int], offset: int | None) -> dict[int, int]:
         """What a confirm of the subscriber may move to while this receiver runs: never past
         a record still unfinished. A confirm of one ``offset`` (a handler confirming its own
         record in its own transaction) counts that record as finished."""
         limited: dict[int, int] = {}
         for p, target in targets.items():
-            safe = self._safe(p, self._board.safe_point(p, offset))
+            safe = self._feed.safe(p, self._board.safe_point(p, offset))
             if safe is not None:
                 limited[p] = min(target, safe + 1)
         return limited
@@ -416,7 +394,7 @@ class ParallelReceiver(Receiver):
             if only is None:
                 with self._board.lock:
                     only = {p: t.safe() for p, t in self._board.tracks.items()}
-                only = {p: self._safe(p, s) for p, s in only.items()}
+                only = {p: self._feed.safe(p, s) for p, s in only.items()}
             held = sub.assigned()
             for partition, safe in only.items():
                 if safe is None or safe <= self._confirmed.get(partition, -1):
@@ -439,14 +417,8 @@ class ParallelReceiver(Receiver):
             self._host.report("receiver failed to give up partitions", exc)
 
     def _revoke(self, partitions: list[int], lost: bool) -> None:
-        board, reseq = self._board, self._resequencer
-        held: dict[int, int | None] = {}
-        if reseq is not None:
-            for p in partitions:
-                held[p] = reseq.safe_offset(p)
-                reseq.forget(p)
-            gone = set(partitions)
-            self._unoffered = deque(r for r in self._unoffered if r.partition not in gone)
+        board, feed = self._board, self._feed
+        held = feed.forget(partitions)
         with self._confirm_lock:  # no confirm of these partitions from a stale snapshot
             tracks = [t for p in partitions if (t := board.revoke(p)) is not None]
         if not lost and tracks:
@@ -457,13 +429,7 @@ class ParallelReceiver(Receiver):
             for track in tracks:
                 board.wait_idle(track, max(0.0, deadline - time.monotonic()))
             if self._confirm:
-                final: dict[int, int | None] = {}
-                for track in tracks:
-                    safe = track.safe()
-                    if reseq is not None:
-                        limit = held.get(track.partition)
-                        safe = None if safe is None or limit is None else min(safe, limit)
-                    final[track.partition] = safe
+                final = {t.partition: feed.bound(t.partition, t.safe(), held) for t in tracks}
                 self._confirm_safe(final)  # synchronous: the partitions are still owned
         for track in tracks:
             board.settle(track)
@@ -487,11 +453,11 @@ class ParallelReceiver(Receiver):
                 board.abandoned,
             )
             in_flight = board.in_flight
-        safe = {p: self._safe(p, s) for p, s in safe.items()}
+        safe = {p: self._feed.safe(p, s) for p, s in safe.items()}
         with self._confirm_lock:
             confirmed = dict(self._confirmed)
         return ReceiverMetrics(
-            in_flight=in_flight + len(self._unoffered),
+            in_flight=in_flight + len(self._feed),
             finished=counts[0],
             retried=counts[1],
             dead_lettered=counts[2],

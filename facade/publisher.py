@@ -12,9 +12,16 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
+from bolide.facade._internal.deliveries import (
+    REFUSED,
+    Batch,
+    Delivery,
+    Outstanding,
+    PublishCallback,
+)
 from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade._internal.transactions import Transactions, TransactionSource
 from bolide.facade.config import Cluster, PublisherConfig
@@ -27,16 +34,9 @@ __all__ = ["PublishCallback", "Publisher"]
 
 log = logging.getLogger(__name__)
 
-PublishCallback = Callable[[int | None, BaseException | None], None]
 
 #: librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose from the key.
 _PARTITION_UNASSIGNED = -1
-
-#: Delivery errors of records that ``close`` purged from the producer.
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-
-#: The answer for a record refused because the publisher closed while it waited for room.
-_REFUSED = object()
 
 
 class Publisher(Closing):
@@ -92,7 +92,7 @@ class Publisher(Closing):
         self._closed = threading.Event()
         self._closing = threading.Event()
         # Records handed to the producer and not yet resolved: close fails any left over.
-        self._outstanding: set[_Delivery | _Batch] = set()
+        self._outstanding = Outstanding(self._topic, self._txn)
         # Held from a publish call's closing check until its records are in the producer; close
         # takes it once after setting ``_closing``, so each record is either refused or in the
         # producer before close flushes. Reentrant: a delivery callback served inside the
@@ -150,7 +150,7 @@ class Publisher(Closing):
         with self._gate:
             if self._closing.is_set():
                 raise self._refused(rec)
-            delivery = _Delivery(self, rec, future, callback)
+            delivery = Delivery(self._outstanding, rec, future, callback)
             # Tracked before produce: its report may be served on the poller thread at once.
             self._outstanding.add(delivery)
             self._send(rec, delivery)
@@ -173,7 +173,7 @@ class Publisher(Closing):
         with self._gate:
             if self._closing.is_set():
                 raise self._refused(rec)
-            delivery = _Delivery(self, rec, None, on_delivery)
+            delivery = Delivery(self._outstanding, rec, None, on_delivery)
             self._outstanding.add(delivery)
             self._send(rec, delivery)
 
@@ -183,7 +183,7 @@ class Publisher(Closing):
         with self._gate:
             if self._closing.is_set():
                 raise self._refused(rec)
-            delivery = _Delivery(self, rec, None, on_delivery)
+            delivery = Delivery(self._outstanding, rec, None, on_delivery)
             self._outstanding.add(delivery)
             if self._send(rec, delivery, wait=False):
                 return True
@@ -209,7 +209,7 @@ class Publisher(Closing):
         if not recs:
             future.set_result([])
             return future
-        batch = _Batch(self, recs, future)
+        batch = Batch(self._outstanding, recs, future)
         with self._gate:
             if self._closing.is_set():
                 raise self._refused(recs[0])
@@ -269,7 +269,7 @@ class Publisher(Closing):
                         untaken()  # offered again later, in a span of its own
                     return False
                 if self._closing.is_set():
-                    report(_REFUSED, None)
+                    report(REFUSED, None)
                     return True
                 self._producer.poll(0.01)
             except KafkaException as exc:
@@ -279,46 +279,6 @@ class Publisher(Closing):
                 if untaken is not None:
                     untaken()  # refused by the client (a bad argument): no span left open
                 raise
-
-    def _error(self, rec: Record, err: Any) -> PublishError:
-        """The ``PublishError`` for a record the broker (or ``close``) did not accept."""
-        if self._txn is not None:
-            ended = self._txn.error_for(err)
-            if ended is not None:  # fenced: every later call says so too
-                return type(ended)(str(ended), record=rec, cause=err, stream=self._topic)
-            if isinstance(err, KafkaError) and err.code() == KafkaError._STATE:
-                return TransactionError(
-                    "a transactional publisher publishes inside `with pub.transaction():` "
-                    f"({err.str()})",
-                    record=rec,
-                    cause=err,
-                    stream=self._topic,
-                )
-        if err is _REFUSED:
-            return PublishError(
-                "publisher is closed (it closed while the record waited for room in the local "
-                "queue)",
-                record=rec,
-                stream=self._topic,
-            )
-        reason = err.str() if isinstance(err, KafkaError) else str(err)
-        if isinstance(err, KafkaError) and err.code() in _PURGED:
-            reason = f"the publisher closed before the broker acknowledged it ({reason})"
-        retriable = err.retriable() if isinstance(err, KafkaError) else None
-        return PublishError(
-            f"publish to {self.stream.name!r} failed: {reason}",
-            record=rec,
-            cause=err,
-            stream=self.stream.name,
-            retriable=retriable,
-        )
-
-    @staticmethod
-    def _call(callback: PublishCallback, offset: int | None, error: BaseException | None) -> None:
-        try:
-            callback(offset, error)
-        except Exception:
-            log.exception("publish callback raised")
 
     def publish(self, record: Record | Any, timeout_s: float | None = 30.0) -> int:
         """Publish and wait for the offset.
@@ -416,115 +376,10 @@ class Publisher(Closing):
         self._poller.join()
         # Serve callbacks that arrived after the poller's last poll (the purged ones too).
         self._producer.poll(0)
-        self._fail_outstanding()
-
-    def _fail_outstanding(self) -> None:
-        """Fail any record whose report never came, so that no future waits forever."""
-        while True:
-            try:
-                delivery = self._outstanding.pop()
-            except KeyError:
-                return
-            delivery.resolve(
-                KafkaError(KafkaError._PURGE_QUEUE, "no delivery report after close"), None
-            )
+        self._outstanding.fail_all()
 
     def __repr__(self) -> str:
         return f"Publisher(stream={self.stream.name!r}, group={self.group!r})"
-
-
-class _Delivery:
-    """Resolves one record's future (if any) and callback from its delivery report."""
-
-    __slots__ = ("callback", "future", "publisher", "record")
-
-    def __init__(
-        self,
-        publisher: Publisher,
-        record: Record,
-        future: Future[int] | None,
-        callback: PublishCallback | None,
-    ) -> None:
-        self.publisher = publisher
-        self.record = record
-        self.future = future
-        self.callback = callback
-
-    def __call__(self, err: Any, msg: Message | None) -> None:
-        try:
-            self.publisher._outstanding.remove(self)
-        except KeyError:
-            return  # already failed by close
-        self.resolve(err, msg)
-
-    def resolve(self, err: Any, msg: Message | None) -> None:
-        """Resolve the future and call the callback (once: the caller owns the delivery)."""
-        rec = self.record
-        if err is not None or msg is None:
-            error = self.publisher._error(rec, err)
-            if self.future is not None:
-                self.future.set_exception(error)
-            if self.callback is not None:
-                Publisher._call(self.callback, None, error)
-            return
-        # A delivered message always has them; the stubs allow None (no cast: a call per record).
-        offset: int = msg.offset()  # type: ignore[assignment]
-        rec.offset = offset
-        rec.partition = msg.partition()
-        rec.timestamp_ms = msg.timestamp()[1]
-        if self.future is not None:
-            self.future.set_result(offset)
-        if self.callback is not None:
-            Publisher._call(self.callback, offset, None)
-
-
-class _Batch:
-    """Resolves the one future of ``publish_many`` once every record has its report."""
-
-    __slots__ = ("error", "future", "lock", "offsets", "publisher", "records", "remaining")
-
-    def __init__(self, publisher: Publisher, records: list[Record], future: Future[list[int]]):
-        self.publisher = publisher
-        self.records = records
-        self.future = future
-        self.offsets = [-1] * len(records)
-        self.remaining = len(records)
-        self.error: PublishError | None = None
-        self.lock = threading.Lock()  # reports may be served on two threads at once
-
-    def report(self, index: int, err: Any, msg: Message | None) -> None:
-        """The delivery report of record ``index``."""
-        rec = self.records[index]
-        with self.lock:
-            if err is None and msg is not None:
-                offset: int = msg.offset()  # type: ignore[assignment]
-                rec.offset = self.offsets[index] = offset
-                rec.partition = msg.partition()
-                rec.timestamp_ms = msg.timestamp()[1]
-            elif self.error is None:
-                self.error = self.publisher._error(rec, err)
-            self.remaining -= 1
-            if self.remaining:
-                return
-        try:
-            self.publisher._outstanding.remove(self)
-        except KeyError:
-            return  # already failed by close
-        self._finish()
-
-    def resolve(self, err: Any, msg: Message | None) -> None:
-        """Fail what is left of the batch (``close`` found its reports missing)."""
-        with self.lock:
-            if self.error is None:
-                first = next(i for i, o in enumerate(self.offsets) if o < 0)
-                self.error = self.publisher._error(self.records[first], err)
-        self._finish()
-
-    def _finish(self) -> None:
-        if self.error is not None:
-            self.future.set_exception(self.error)
-        else:
-            self.future.set_result(self.offsets)
 
 
 # -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------

@@ -1,39 +1,32 @@
 """Receiver: a background thread that polls a subscriber and hands each record to a callback.
 
-``Retry`` and ``ReceiverMetrics`` are shared with the parallel receiver
-(``bolide.facade.parallel``), which ``Subscriber.attach_receiver`` starts for ``concurrency``
-above 1, retries, dead letters or an ``async def`` handler.
+``ReceiverMetrics`` and the ``ReceiverHost`` seam are shared with the parallel receiver
+(``bolide.facade.parallel``, with the receiver options), which ``Subscriber.attach_receiver``
+starts for ``concurrency`` above 1, retries, dead letters or an ``async def`` handler.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias, TypedDict
+from typing import Protocol, TypeAlias
 
 from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.errors import DurableClientBusyError
-from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record, RecordBatch
-from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.telemetry import TELEMETRY
-from bolide.facade.validate import check_int, check_seconds
+from bolide.facade.validate import check_int
 
 __all__ = [
     "AsyncRecordHandler",
     "ConfirmLimit",
-    "DeadLetterTarget",
-    "Ordering",
     "Receiver",
     "ReceiverHost",
     "ReceiverMetrics",
-    "ReceiverOptions",
     "RecordHandler",
-    "Retry",
     "RevokeListener",
     "StreamReader",
 ]
@@ -42,83 +35,10 @@ log = logging.getLogger(__name__)
 
 RecordHandler = Callable[[Record], None]
 AsyncRecordHandler = Callable[[Record], Awaitable[None]]
-Ordering: TypeAlias = Literal["key", "partition", "unordered"]
-#: A dead-letter stream's publisher, or ``fn(record, error)``.
-DeadLetterTarget: TypeAlias = Publisher | Callable[[Record, BaseException], object]
 
 #: Longest single wait of the receiver's poll, whatever ``poll_timeout_ms`` says: a stop is
 #: seen within it, so closing never waits for a long poll.
 _STOP_CHECK_MS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """How often a receiver calls its handler on one record before giving the record up.
-
-    The wait before retry ``n`` (1, 2, ...) is ``min(max_backoff_s, backoff_s * 2 ** (n - 1))``
-    with jitter: a random share between half and all of it, so records that failed together
-    do not all come back at once (Spring Kafka's ``ExponentialBackOff``, AWS's "equal jitter").
-
-    Args:
-        attempts: Calls in all, the first included (1 means no retry).
-        backoff_s: The wait before the first retry; 0 retries at once.
-        max_backoff_s: The longest wait.
-
-    Raises:
-        TypeError: A value of the wrong type.
-        ValueError: ``attempts`` below 1, a negative wait, or ``max_backoff_s < backoff_s``.
-    """
-
-    attempts: int = 3
-    backoff_s: float = 0.1
-    max_backoff_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        check_int("attempts", self.attempts, minimum=1)
-        for name in ("backoff_s", "max_backoff_s"):
-            value = getattr(self, name)
-            if value != 0:
-                object.__setattr__(self, name, check_seconds(name, value))
-        if self.max_backoff_s < self.backoff_s:
-            raise ValueError(
-                f"max_backoff_s ({self.max_backoff_s}) must be >= backoff_s ({self.backoff_s})"
-            )
-
-    def delay(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (1 is the first retry)."""
-        ceiling = min(self.max_backoff_s, self.backoff_s * 2.0 ** min(retry - 1, 64))
-        return random.uniform(ceiling / 2, ceiling)
-
-
-class ReceiverOptions(TypedDict, total=False):
-    """The keyword options of ``Subscriber.attach_receiver``; any of them but the defaults
-    (or an ``async def`` handler) makes it a parallel receiver (docs/parallel.md).
-
-    Attributes:
-        concurrency: Records handled at once (threads, or coroutines of an async handler);
-            default 1.
-        ordering: ``"key"`` (default): a Kafka key's (message group's) records one at a time
-            in offset order, records without a key as one key per partition; ``"partition"``:
-            a partition's; ``"unordered"``: none.
-        retry: Calls per record before it is given up (default: one call, no retry).
-        dead_letter: Where a given-up record goes: a ``Publisher`` (its stream gets the record
-            with ``bolide.reason``, ``bolide.reason.detail`` and ``bolide.source``) or
-            ``fn(record, error)``; without one it is reported to the error handler and logged.
-        auto_confirm: Confirm, per partition, the highest offset at and below which every
-            record is finished (default ``True``; grouped subscribers only).
-        max_in_flight: Fetching pauses at this many records in flight (one poll may add up
-            to ``max_batch`` more) and resumes when half of them are finished; default 10,000.
-        resequencer: Offered every record in offset order; what it releases is handled (a
-            sequence group is one key), and confirms stay below its open groups.
-    """
-
-    concurrency: int
-    ordering: Ordering
-    retry: Retry | None
-    dead_letter: DeadLetterTarget | None
-    auto_confirm: bool
-    max_in_flight: int
-    resequencer: Resequencer | None
 
 
 #: A parallel receiver's part in a revoke: ``fn(partitions, lost)``, before ``on_revoke``.

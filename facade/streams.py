@@ -29,11 +29,11 @@ from bolide.facade.errors import (
 )
 from bolide.facade.health import Health
 from bolide.facade.ops.inventory import partition_counts
+from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.receiver import (
     AsyncRecordHandler,
     Receiver,
     ReceiverMetrics,
-    ReceiverOptions,
     RecordHandler,
 )
 from bolide.facade.record import RecordBatch

@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - exercised without pyspark only
     ) from exc
 
 from bolide.spark._archive import load_archive
-from bolide.spark._reader import cluster_source_options
+from bolide.spark._options import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.jobs import BatchReport, archive, query, read_stream, resequence
 from bolide.spark.kafka import (

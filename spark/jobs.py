@@ -23,7 +23,7 @@ from bolide.facade.kafka import ensure_topic
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.spark._archive import load_archive, records_by_stream
-from bolide.spark._reader import cluster_source_options
+from bolide.spark._options import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.kafka import has_connector, kafka_stream
 

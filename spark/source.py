@@ -32,7 +32,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bolide.spark._reader import Offsets, ReadRange, SourceOptions, cap_offsets, ranges, read_range
+from bolide.spark._options import Offsets, SourceOptions
+from bolide.spark._reader import ReadRange, cap_offsets, ranges, read_range
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,9 +24,10 @@ from typing import Any, cast
 
 from bolide.facade._parts.lanes import Board, Item
 from bolide.facade._parts.positions import Report
-from bolide.facade.deadletter import Reason, letter
+from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.publisher import Publisher
-from bolide.facade.receiver import AsyncRecordHandler, DeadLetterTarget, RecordHandler, Retry
+from bolide.facade.receiver import AsyncRecordHandler, RecordHandler
+from bolide.facade.retry import Retry
 
 __all__ = ["Runner"]
 

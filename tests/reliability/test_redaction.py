@@ -92,7 +92,7 @@ def test_client_config_repr_hides_a_database_password_with_a_slash() -> None:
 
 
 def test_spark_source_options_repr_hides_sasl_and_store_passwords() -> None:
-    from bolide.spark._reader import SourceOptions
+    from bolide.spark._options import SourceOptions
 
     options = SourceOptions.parse(
         {

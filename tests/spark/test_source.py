@@ -19,7 +19,8 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.spark import KAFKA_SCHEMA, cluster_source_options, kafka_options, register
-from bolide.spark._reader import SourceOptions, cap_offsets
+from bolide.spark._options import SourceOptions
+from bolide.spark._reader import cap_offsets
 from bolide.stores import SqlStore
 from tests.conftest import eventually
 from tests.pubsub.test_sparse_offsets import publish_transactions
