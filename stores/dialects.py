@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
@@ -23,7 +23,14 @@ from bolide.facade.errors import StoreError
 from bolide.stores import _inserts
 from bolide.stores._inserts import HeaderRow, RecordRow
 
-__all__ = ["PostgreSQL", "SQLite", "SqlDialect", "dialect_of"]
+__all__ = [
+    "PostgreSQL",
+    "SQLite",
+    "SqlDialect",
+    "describe_error",
+    "dialect_of",
+    "retriable",
+]
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -104,6 +111,10 @@ class SqlDialect:
         """Whether ``error`` (a driver error) is the refusal of several statements in one."""
         raise NotImplementedError
 
+    def final(self, error: object) -> bool:
+        """Whether ``error`` (a driver's operational error) can never succeed on a retry."""
+        raise NotImplementedError
+
     def jdbc_options(self, url: URL) -> dict[str, str]:
         """Spark JDBC options (url, driver, user, password) for the store at ``url``."""
         raise NotImplementedError
@@ -169,6 +180,12 @@ class SQLite(SqlDialect):
     def refused_several(self, error: object) -> bool:
         return isinstance(error, sqlite3.ProgrammingError) and "one statement" in str(error)
 
+    def final(self, error: object) -> bool:
+        # Nearly every failure is an OperationalError, statements that can never succeed
+        # included (a duplicate column, too many columns): those carry SQLITE_ERROR.
+        code = getattr(error, "sqlite_errorcode", None)
+        return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_ERROR  # extended codes
+
     def jdbc_options(self, url: URL) -> dict[str, str]:
         if self._memory(url):
             raise ValueError("an in-memory SQLite store cannot be read through JDBC")
@@ -212,6 +229,10 @@ class PostgreSQL(SqlDialect):
     def refused_several(self, error: object) -> bool:
         return getattr(error, "sqlstate", None) == "42601" and "multiple commands" in str(error)
 
+    def final(self, error: object) -> bool:
+        state = getattr(error, "sqlstate", None)  # class 54: program limits (too many columns)
+        return isinstance(state, str) and state.startswith("54")
+
     def jdbc_options(self, url: URL) -> dict[str, str]:
         host = url.host or "localhost"
         port = f":{url.port}" if url.port else ""
@@ -253,3 +274,22 @@ def dialect_of(where: str | URL | Connection | Engine) -> SqlDialect:
             "postgresql+psycopg://USER@HOST/DB"
         )
     return found
+
+
+def describe_error(error: exc.SQLAlchemyError) -> str:
+    """``Type: first line of the database's message`` (no SQL, no parameters)."""
+    detail = error.orig if isinstance(error, exc.DBAPIError) else error
+    text = str(detail).strip().splitlines()[0] if str(detail) else repr(detail)
+    return f"{type(detail).__name__}: {text[:500]}"
+
+
+def retriable(error: exc.SQLAlchemyError, dialect: SqlDialect) -> bool:
+    """True when the same write may succeed later: the database is away, busy or locked,
+    and ``dialect`` does not call the failure final."""
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, exc.TimeoutError):  # the pool had no connection to give
+        return True
+    if not isinstance(error, exc.OperationalError):
+        return False
+    return not dialect.final(error.orig)

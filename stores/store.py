@@ -8,7 +8,6 @@ PostgreSQL the production database. The schema comes only from Alembic migration
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -27,7 +26,7 @@ from bolide.stores._inserts import HeaderRow, RecordRow
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
 from bolide.stores._schema import RECORDS
-from bolide.stores.dialects import DIALECTS, SqlDialect, dialect_of
+from bolide.stores.dialects import DIALECTS, SqlDialect, describe_error, dialect_of, retriable
 
 __all__ = ["SqlStore"]
 
@@ -288,10 +287,10 @@ class SqlStore(Closing):
             return fn()
         except exc.SQLAlchemyError as error:
             raise StoreError(
-                f"{what} on {self.url} failed: {self.scrub(_describe(error))}",
+                f"{what} on {self.url} failed: {self.scrub(describe_error(error))}",
                 stream=stream,
                 partition=partition,
-                retriable=_retriable(error),
+                retriable=retriable(error, self.sql_dialect),
             ) from None
 
     def same_store(self, other: object) -> bool:
@@ -304,33 +303,6 @@ class SqlStore(Closing):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _describe(error: exc.SQLAlchemyError) -> str:
-    """``Type: first line of the database's message`` (no SQL, no parameters)."""
-    detail = error.orig if isinstance(error, exc.DBAPIError) else error
-    text = str(detail).strip().splitlines()[0] if str(detail) else repr(detail)
-    return f"{type(detail).__name__}: {text[:500]}"
-
-
-def _retriable(error: exc.SQLAlchemyError) -> bool:
-    """True when the same write may succeed later: the database is away, busy or locked.
-
-    SQLite reports nearly every failure as ``OperationalError``, statements that can never
-    succeed included (a duplicate column, too many columns): those carry ``SQLITE_ERROR`` and
-    are final. So are PostgreSQL's program limits (SQLSTATE class 54, e.g. too many columns).
-    """
-    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
-        return True
-    if isinstance(error, exc.TimeoutError):  # the pool had no connection to give
-        return True
-    if not isinstance(error, exc.OperationalError):
-        return False
-    code = getattr(error.orig, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF != sqlite3.SQLITE_ERROR  # extended codes keep the primary low byte
-    state = getattr(error.orig, "sqlstate", None)
-    return not (isinstance(state, str) and state.startswith("54"))
 
 
 def _parse_url(url: str | URL) -> URL:

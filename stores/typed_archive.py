@@ -32,17 +32,11 @@ whose table cannot be created or widened (too many columns).
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import hashlib
 import itertools
-import json
 import logging
 import re
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,8 +48,16 @@ from sqlalchemy.engine import Connection
 from bolide.facade.errors import SerializationError, StoreError
 from bolide.facade.ports import TypedSerde
 from bolide.facade.record import Record
-from bolide.stores.dialects import dialect_of
-from bolide.stores.store import _describe, _retriable
+from bolide.stores._avro_columns import (
+    SQL_TYPES,
+    Field,
+    fields_of,
+    pick,
+    storage_kind,
+    storage_of,
+    to_column,
+)
+from bolide.stores.dialects import describe_error, dialect_of, retriable
 
 __all__ = [
     "TYPED_TABLE_PREFIX",
@@ -106,172 +108,6 @@ def typed_table_name(stream: str) -> str:
 def is_typed_table(name: str) -> bool:
     """True for a typed archive table's name (e.g. to keep them out of ``alembic check``)."""
     return name.startswith(TYPED_TABLE_PREFIX)
-
-
-# -- columns from schemas -------------------------------------------------------------------
-
-# Kind of value -> SQL type. Kinds sharing a SQL type share columns.
-_SQL_TYPES: dict[str, Any] = {
-    "boolean": sa.Boolean(),
-    "integer": sa.BigInteger(),
-    "real": sa.Float(53),
-    "text": sa.Text(),
-    "json": sa.Text(),
-    "binary": sa.LargeBinary(),
-    "decimal": sa.Numeric(),
-    "date": sa.Date(),
-    "timestamp": sa.DateTime(timezone=True),
-    "local_timestamp": sa.DateTime(),
-    "time": sa.Time(),
-}
-_STORAGE = {kind: ("text" if kind == "json" else kind) for kind in _SQL_TYPES}
-_PRIMITIVE_KINDS = {
-    "boolean": "boolean",
-    "int": "integer",
-    "long": "integer",
-    "float": "real",
-    "double": "real",
-    "string": "text",
-    "bytes": "binary",
-}
-_LOGICAL_KINDS = {
-    "decimal": "decimal",
-    "date": "date",
-    "time-millis": "time",
-    "time-micros": "time",
-    "timestamp-millis": "timestamp",
-    "timestamp-micros": "timestamp",
-    "timestamp-nanos": "timestamp",
-    "local-timestamp-millis": "local_timestamp",
-    "local-timestamp-micros": "local_timestamp",
-    "uuid": "text",
-}
-
-
-@dataclass(frozen=True)
-class _Field:
-    """One column's source: ``path`` into the decoded value, and the kind of its values."""
-
-    name: str
-    path: tuple[str, ...]
-    kind: str
-
-
-def _resolve(schema: Any, named: dict[str, Any]) -> Any:
-    while True:
-        if isinstance(schema, str) and schema in named:
-            schema = named[schema]
-        elif isinstance(schema, dict) and isinstance(schema.get("type"), dict | list):
-            schema = schema["type"]
-        elif isinstance(schema, dict) and schema.get("type") in named:
-            schema = named[schema["type"]]
-        else:
-            return schema
-
-
-def _kind(schema: Any, named: dict[str, Any]) -> str:
-    schema = _resolve(schema, named)
-    if isinstance(schema, list):
-        branches = [b for b in schema if _resolve(b, named) != "null"]
-        return _kind(branches[0], named) if len(branches) == 1 else "json"
-    if isinstance(schema, str):
-        return _PRIMITIVE_KINDS.get(schema, "json")
-    logical = _LOGICAL_KINDS.get(schema.get("logicalType", ""))
-    if logical is not None:
-        return logical
-    kind = schema.get("type")
-    if kind == "enum":
-        return "text"
-    if kind == "fixed":
-        return "binary"
-    return _PRIMITIVE_KINDS.get(kind, "json")
-
-
-def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
-    """The record a field holds (alone or as ``[null, record]``), else ``None``."""
-    schema = _resolve(schema, named)
-    if isinstance(schema, list):
-        branches = [_resolve(b, named) for b in schema if _resolve(b, named) != "null"]
-        schema = branches[0] if len(branches) == 1 else None
-    if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
-        return schema
-    return None
-
-
-def _fields(schema: Any) -> list[_Field]:
-    named: dict[str, Any] = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
-    top = _record_of(schema, named)
-    if top is None:
-        return [_Field("value", (), _kind(schema, named))]
-    out: list[_Field] = []
-    for field in top["fields"]:
-        inner = _record_of(field["type"], named)
-        if inner is None:
-            out.append(_Field(field["name"], (field["name"],), _kind(field["type"], named)))
-            continue
-        for sub in inner["fields"]:
-            out.append(
-                _Field(
-                    f"{field['name']}__{sub['name']}",
-                    (field["name"], sub["name"]),
-                    _kind(sub["type"], named),
-                )
-            )
-    return out
-
-
-def _storage_of(column_type: Any) -> str:
-    """The storage kind of a reflected column type."""
-    for sql_type, kind in (
-        (sa.Boolean, "boolean"),
-        (sa.Integer, "integer"),
-        (sa.Float, "real"),
-        (sa.Numeric, "decimal"),
-        (sa.DateTime, "timestamp"),
-        (sa.Date, "date"),
-        (sa.Time, "time"),
-        (sa.LargeBinary, "binary"),
-        (sa.String, "text"),
-    ):
-        if isinstance(column_type, sql_type):
-            return kind
-    return "text"
-
-
-def _storage(kind: str) -> str:
-    # Reflection tells DATETIME columns apart by zone on PostgreSQL only: one storage for both.
-    return "timestamp" if kind == "local_timestamp" else _STORAGE[kind]
-
-
-# -- values ---------------------------------------------------------------------------------
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _value(value: Any, kind: str) -> Any:
-    if value is None:
-        return None
-    if kind == "json":
-        return json.dumps(value, default=_json_default, ensure_ascii=False)
-    if kind == "text" and not isinstance(value, str):
-        return str(value)
-    return value
-
-
-def _pick(value: Any, path: tuple[str, ...]) -> Any:
-    for step in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(step)
-    return value
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -331,7 +167,7 @@ def _plan_columns(
     if create:
         found = dict(_KEY_COLUMNS)
     else:
-        found = {c["name"]: _storage_of(c["type"]) for c in inspector.get_columns(table)}
+        found = {c["name"]: storage_of(c["type"]) for c in inspector.get_columns(table)}
     # As the database sees them: folded name -> (exact name, storage).
     existing = {fold(name): (name, storage) for name, storage in found.items()}
     owners: dict[str, str] = {}  # folded column -> the field of this batch that took it
@@ -339,7 +175,7 @@ def _plan_columns(
     added: list[sa.Column[Any]] = []
     # Sorted: the first kind of a name takes the plain column, in every process alike.
     for name, kind in sorted(wanted):
-        storage = _storage(kind)
+        storage = storage_kind(kind)
         for column in _candidates(name if name not in _RESERVED else f"{name}__value", storage):
             key = fold(column)
             if owners.get(key, name) != name:
@@ -347,7 +183,7 @@ def _plan_columns(
             held = existing.get(key)
             if held is None:
                 existing[key] = (column, storage)
-                added.append(sa.Column(column, _SQL_TYPES[kind], nullable=True))
+                added.append(sa.Column(column, SQL_TYPES[kind], nullable=True))
                 break
             if held == (column, storage):  # exactly this name, and values of this kind
                 break
@@ -405,7 +241,7 @@ def write_typed(
         with connection.begin_nested():
             columns = _ensure_table(connection, table_name, pairs)
     except exc.SQLAlchemyError as error:
-        if _retriable(error):
+        if retriable(error, dialect_of(connection)):
             raise
         recs = [rec for rec, _, _ in rows.values()]
         reject(recs, _table_refused(stream, table_name, len(recs), error))
@@ -430,7 +266,7 @@ def _warn(_records: list[Record], error: StoreError) -> None:
 def _table_refused(stream: str, table: str, count: int, error: exc.SQLAlchemyError) -> StoreError:
     return StoreError(
         f"typed archive of {stream!r}: the database cannot create or widen {table}, {count} "
-        f"records left out of it (the raw archive keeps them): {_describe(error)}",
+        f"records left out of it (the raw archive keeps them): {describe_error(error)}",
         stream=stream,
         retriable=False,
     )
@@ -440,7 +276,7 @@ def _row_refused(stream: str, rec: Record, error: exc.SQLAlchemyError) -> StoreE
     return StoreError(
         f"typed archive of {stream!r}: the database refused the row at partition "
         f"{rec.partition}, offset {rec.offset} (the raw archive keeps the record): "
-        f"{_describe(error)}",
+        f"{describe_error(error)}",
         stream=stream,
         partition=rec.partition,
         offset=rec.offset,
@@ -448,7 +284,7 @@ def _row_refused(stream: str, rec: Record, error: exc.SQLAlchemyError) -> StoreE
     )
 
 
-_Decoded = dict[tuple[int, int], tuple[Record, dict[str, Any], list["_Field"]]]
+_Decoded = dict[tuple[int, int], tuple[Record, dict[str, Any], list[Field]]]
 
 
 def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> _Decoded:
@@ -459,7 +295,7 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
         StoreError: Retriable: the schema registry is away (nothing is skipped).
     """
     rows: _Decoded = {}
-    by_schema: dict[int, list[_Field]] = {}
+    by_schema: dict[int, list[Field]] = {}
     skipped = 0
     for rec in records:
         if rec.partition is None or rec.offset is None:
@@ -473,7 +309,7 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
             )
             fields = by_schema.get(schema_id)
             if fields is None:
-                fields = by_schema[schema_id] = _fields(serde.value_schema(schema_id))
+                fields = by_schema[schema_id] = fields_of(serde.value_schema(schema_id))
         except SerializationError as failure:
             if failure.retriable:  # the schema registry is away: retry the batch, skip nothing
                 raise StoreError(
@@ -499,13 +335,13 @@ def _table_rows(
     table_name: str, columns: dict[tuple[str, str], str], rows: _Decoded
 ) -> tuple[sa.Table, list[tuple[Record, dict[str, Any]]]]:
     """The typed table as it stands, and each record's row for it (absent fields NULL)."""
-    types = {column: _SQL_TYPES[kind] for (_, kind), column in columns.items()}
+    types = {column: SQL_TYPES[kind] for (_, kind), column in columns.items()}
     items: list[tuple[Record, dict[str, Any]]] = []
     for rec, row, fields in rows.values():
         value = row.pop("value")
         out = dict.fromkeys(types) | row
         for f in fields:
-            out[columns[(f.name, f.kind)]] = _value(_pick(value, f.path), f.kind)
+            out[columns[(f.name, f.kind)]] = to_column(pick(value, f.path), f.kind)
         items.append((rec, out))
     table = _key_table(table_name, *(sa.Column(c, t) for c, t in sorted(types.items())))
     return table, items
@@ -523,7 +359,7 @@ def _insert_isolating(
         with conn.begin_nested():
             return len(conn.execute(insert, [row for _, row in items]).all())
     except exc.SQLAlchemyError as error:
-        if _retriable(error):
+        if retriable(error, dialect_of(conn)):
             raise
         if len(items) == 1:
             refused(items[0][0], error)

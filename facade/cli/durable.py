@@ -12,7 +12,7 @@ from typing import Any
 
 from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.config import Cluster
-from bolide.facade.durable import client_backlog, expire_clients
+from bolide.facade.ops.durables import client_backlog, expire_clients
 from bolide.facade.ports import DurableClient, now_ms
 from bolide.stores.durable_registry import SqlDurableRegistry
 

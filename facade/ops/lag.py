@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bolide.facade.config import Cluster
-from bolide.facade.durable import client_backlog
 from bolide.facade.health import partition_lag
 from bolide.facade.kafka import log_ends, log_starts, probe_consumer
+from bolide.facade.ops.durables import client_backlog
 from bolide.facade.ops.inventory import GroupInfo, describe_groups, list_groups, partition_counts
 from bolide.facade.ports import DurableClient, HistoryStore, now_ms
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar, cast
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.textmap import Getter
 
+from bolide.facade.ops.durables import client_backlog
 from bolide.facade.record import Headers
 
 __all__ = [
@@ -170,8 +171,6 @@ class Watched:
             )
 
     def observe_backlog(self, options: CallbackOptions) -> Iterator[Observation]:
-        from bolide.facade.durable import client_backlog  # durable imports the publisher
-
         with self._lock:
             sources = list(self._durable)
         for cluster, clients in sources:
