@@ -224,6 +224,27 @@ def read_range(opts: SourceOptions, rng: ReadRange) -> Iterator[Any]:
         consumer.close()
 
 
+def _undelivered(rng: ReadRange, position: int) -> BrokerError:
+    """A range Kafka stopped delivering: the task fails, and Spark retries it."""
+    return BrokerError(
+        f"{rng.topic}[{rng.partition}]: offsets {position}..{rng.end - 1} were not "
+        f"delivered within {_READ_TIMEOUT_S:.0f}s",
+        stream=rng.topic,
+        partition=rng.partition,
+        offset=position,
+        retriable=True,
+    )
+
+
+def _skip_trimmed(consumer: Consumer, opts: SourceOptions, rng: ReadRange, position: int) -> int:
+    """Records trimmed from Kafka while the range was read: say what is lost (or fail, per
+    ``failOnDataLoss``) and go on from the log start, which is returned."""
+    start = log_starts(consumer, rng.topic, [rng.partition], cluster=opts.cluster())[rng.partition]
+    _lost(opts, rng, position, start, "trimmed from Kafka while reading")
+    consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
+    return start
+
+
 def _from_kafka(
     consumer: Consumer, opts: SourceOptions, rng: ReadRange, position: int, rows: _Rows
 ) -> Iterator[Any]:
@@ -232,14 +253,7 @@ def _from_kafka(
     deadline = time.monotonic() + _READ_TIMEOUT_S
     while position < rng.end:
         if time.monotonic() > deadline:
-            raise BrokerError(
-                f"{rng.topic}[{rng.partition}]: offsets {position}..{rng.end - 1} were not "
-                f"delivered within {_READ_TIMEOUT_S:.0f}s",
-                stream=rng.topic,
-                partition=rng.partition,
-                offset=position,
-                retriable=True,
-            )
+            raise _undelivered(rng, position)
         for msg in consumer.consume(num_messages=_BATCH_ROWS, timeout=0.2):
             err = msg.error()
             if err is not None:
@@ -247,12 +261,7 @@ def _from_kafka(
                     position = max(position, msg.offset() or 0)
                     continue
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    start = log_starts(
-                        consumer, rng.topic, [rng.partition], cluster=opts.cluster()
-                    )[rng.partition]
-                    _lost(opts, rng, position, start, "trimmed from Kafka while reading")
-                    position = start
-                    consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
+                    position = _skip_trimmed(consumer, opts, rng, position)
                     break
                 raise BrokerError(
                     f"reading {rng.topic}[{rng.partition}]: {err.str()}",

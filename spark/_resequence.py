@@ -218,6 +218,18 @@ def _state_function(mode: str, timeout_s: float, on_timeout: str) -> Any:
     return step
 
 
+def _check_arguments(df: DataFrame, mode: object, timeout_s: object, on_timeout: object) -> None:
+    """Refuse what ``resequenced`` cannot run with, before Spark plans anything."""
+    if mode not in ("batch", "stream"):
+        raise ValueError(f"mode must be 'batch' or 'stream', got {mode!r}")
+    if on_timeout not in ("release", "dead_letter"):
+        raise ValueError(f"on_timeout must be 'release' or 'dead_letter', got {on_timeout!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if "headers" not in df.columns:
+        raise ValueError("the DataFrame has no headers column: read it with includeHeaders=true")
+
+
 def resequenced(
     df: DataFrame,
     *,
@@ -228,8 +240,7 @@ def resequenced(
     """Records of each group in sequence order, from a streaming DataFrame of Kafka rows.
 
     Args:
-        df: Rows with the Kafka source's columns, ``headers`` included
-            (``includeHeaders=true``).
+        df: Rows with the Kafka source's columns, ``headers`` included (``includeHeaders``).
         mode: ``"batch"`` releases a group once complete; ``"stream"`` each record as soon as
             its predecessor has gone.
         timeout_s: A group must complete within this many seconds of its first record
@@ -250,14 +261,7 @@ def resequenced(
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    if mode not in ("batch", "stream"):
-        raise ValueError(f"mode must be 'batch' or 'stream', got {mode!r}")
-    if on_timeout not in ("release", "dead_letter"):
-        raise ValueError(f"on_timeout must be 'release' or 'dead_letter', got {on_timeout!r}")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    if "headers" not in df.columns:
-        raise ValueError("the DataFrame has no headers column: read it with includeHeaders=true")
+    _check_arguments(df, mode, timeout_s, on_timeout)
     names = ", ".join(f"'{n}'" for n in (SEQUENCE_GROUP_HEADER, SIZE_HEADER, NUMBER_HEADER))
     rows = df.select(*_KAFKA_COLUMNS).withColumn(
         "_sequenced", F.expr(f"coalesce(exists(headers, h -> h.key IN ({names})), false)")

@@ -4,6 +4,12 @@ Each job is a function over a SparkSession (``spark_session()`` gives a suitable
 ``bolide spark <job>`` is a thin shim over them. Streams are read with Spark's own Kafka
 source when the session has its connector (``source="auto"``, the default), else with
 ``format("bolide")`` (no jar needed; it also splices history); ``source=`` picks one.
+
+Arguments the streaming jobs share: ``spark`` (the session); ``bootstrap`` (bootstrap servers
+or a ``Cluster``); ``source`` (``"auto"``, ``"bolide"`` or ``"kafka"``, see ``read_stream``);
+``starting_offsets`` (where a new checkpoint starts); ``trigger_interval_s`` (the micro-batch
+interval when running continuously); ``on_batch`` (called after each micro-batch with a
+``BatchReport``); ``options`` (further source options).
 """
 
 from __future__ import annotations
@@ -221,20 +227,13 @@ def archive(
     fills the stream's typed table in the same transaction, as the ``Archiver`` does with its
     ``serdes`` (docs/avro.md): payloads that do not decode stay in the raw archive only.
 
-    Args:
-        spark: The session.
+    Args (and those every job takes, in the module's docstring):
         stream: The stream to archive.
         store: ``SqlStore`` or its SQLAlchemy URL.
         checkpoint: Spark checkpoint directory; restarting with it resumes where it stopped.
-        bootstrap: Bootstrap servers or a ``Cluster``.
-        source: ``"auto"`` (default), ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
-        starting_offsets: Where a new checkpoint starts.
         max_offsets_per_trigger: Most records per micro-batch (and per transaction).
         until_caught_up: Archive what the stream holds now, then stop (``availableNow``);
             false runs until ``query.stop()``.
-        trigger_interval_s: Micro-batch interval when running continuously.
-        on_batch: Called after each micro-batch with a ``BatchReport``.
-        options: Further source options.
         serde: The stream's serde (``AvroSerde``): also write its typed table.
 
     Returns:
@@ -254,6 +253,15 @@ def archive(
         max_offsets_per_trigger=max_offsets_per_trigger,
         options=options,
     )
+    writer = df.writeStream.queryName(f"bolide-archive-{_stream(stream).name}")
+    writer = writer.foreachBatch(_archive_batches(store, serde, on_batch))
+    return _start(writer, checkpoint, until_caught_up, trigger_interval_s)
+
+
+def _archive_batches(
+    store: str | SqlStore, serde: Any | None, on_batch: BatchCallback | None
+) -> Callable[[DataFrame, int], None]:
+    """The archive job's batch writer: each micro-batch in one transaction, then reported."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
@@ -265,8 +273,7 @@ def archive(
         if on_batch is not None:
             on_batch(report)
 
-    writer = df.writeStream.queryName(f"bolide-archive-{_stream(stream).name}")
-    return _start(writer.foreachBatch(write), checkpoint, until_caught_up, trigger_interval_s)
+    return write
 
 
 def _publish_rows(
@@ -325,21 +332,15 @@ def resequence(
     headers, or are logged and dropped without one. Publishing is at least once: a batch
     Spark replays after a crash is published again.
 
-    Args:
-        spark: The session.
+    Args (and those every job takes, in the module's docstring; timeouts are checked at each
+    trigger):
         stream: Input stream.
         output: Stream receiving the records in order (created if missing).
         checkpoint: Spark checkpoint directory (offsets and group state).
-        bootstrap: Bootstrap servers or a ``Cluster``.
         mode: ``"batch"`` or ``"stream"`` (see ``resequenced``).
         timeout_s: Seconds a group has to complete, from its first record.
         on_timeout: ``"release"`` or ``"dead_letter"``.
         dead_letter: Dead-letter stream; required for ``on_timeout="dead_letter"``.
-        source: ``"auto"`` (default), ``"bolide"`` or ``"kafka"`` (see ``read_stream``).
-        starting_offsets: Where a new checkpoint starts.
-        trigger_interval_s: Micro-batch interval; timeouts are checked at each trigger.
-        on_batch: Called after each micro-batch with a ``BatchReport``.
-        options: Further source options.
 
     Returns:
         The running query; call ``stop()`` to end it.
@@ -360,10 +361,17 @@ def resequence(
 
     writer = ordered.writeStream.queryName(f"bolide-resequence-{out_stream.name}")
     writer = writer.foreachBatch(_release_batches(out, dead, on_batch))
-    publishers = [p for p in (out, dead) if p is not None]
+    return _start_publishing(writer, checkpoint, trigger_interval_s, [out, dead])
+
+
+def _start_publishing(
+    writer: Any, checkpoint: str, trigger_interval_s: float, publishers: list[Publisher | None]
+) -> StreamingQuery:
+    """Start a query that publishes; its publishers close when it ends (or fails to start)."""
+    owned = [p for p in publishers if p is not None]
 
     def close_publishers() -> None:
-        for publisher in publishers:
+        for publisher in owned:
             publisher.close()
 
     try:

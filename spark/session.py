@@ -27,6 +27,26 @@ LOCAL_SETTINGS: dict[str, str] = {
 }
 
 
+def _classpath(
+    packages: Sequence[str], jars: Sequence[str] | None, *, kafka_connector: bool
+) -> tuple[list[str], list[str]]:
+    """``spark.jars.packages`` and ``spark.jars``: the JDBC drivers by default, and the Kafka
+    connector's cached jars (else its Maven coordinates)."""
+    packages = list(packages)
+    if jars is None:
+        from bolide.spark._archive import jdbc_jars
+
+        jars = jdbc_jars()
+    jars = list(jars)
+    if kafka_connector:
+        cached = connector_jars()
+        if cached is not None:
+            jars += cached
+        elif connector_package() not in packages:
+            packages.append(connector_package())
+    return packages, jars
+
+
 def spark_session(
     app_name: str = "bolide",
     master: str | None = "local[2]",
@@ -69,18 +89,7 @@ def spark_session(
     if master is not None and master.startswith("local"):
         for key, value in LOCAL_SETTINGS.items():
             builder = builder.config(key, value)
-    packages = list(packages)
-    if jars is None:
-        from bolide.spark._archive import jdbc_jars
-
-        jars = jdbc_jars()
-    jars = list(jars)
-    if kafka_connector:
-        cached = connector_jars()
-        if cached is not None:
-            jars += cached
-        elif connector_package() not in packages:
-            packages.append(connector_package())
+    packages, jars = _classpath(packages, jars, kafka_connector=kafka_connector)
     if packages:
         builder = builder.config("spark.jars.packages", ",".join(packages))
     if jars:

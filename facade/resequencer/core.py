@@ -1,14 +1,13 @@
 """Resequencer: releases the records of a sequence group in order, whatever order they came in.
 
-Here "group" means a sequence group (docs/concepts.md), not a subscriber group. Its records
-carry three headers (see ``resequencer.sequence``): the group id, the group size and a 0-based
-sequence number. ``publish_sequence`` stamps them and keys the records by group, so a whole
-group lands on one partition and is read by one member of a subscriber group. Records without
-those headers pass straight through.
+A sequence group's records (docs/concepts.md) carry three headers (``resequencer.sequence``):
+the group id, its size and a 0-based sequence number. ``publish_sequence`` stamps them and keys
+the records by group, so a group lands on one partition, read by one member of a subscriber
+group. Records without those headers pass straight through.
 
 Crash safety needs no distributed hash table: ``safe_offset(partition)`` never passes the first
-offset of a group that is not finished, so a subscriber that confirms only up to it leaves every
-unfinished group in Kafka; after a failover the new owner re-reads and finishes it.
+offset of an unfinished group, so a subscriber that confirms only up to it leaves every such
+group in Kafka, for the next owner to re-read and finish after a failover.
 """
 
 from __future__ import annotations
@@ -129,14 +128,11 @@ class Resequencer:
     # -- public API ------------------------------------------------------------------------
 
     def offer(self, record: Record, *, timeout_s: float | None = 0.0) -> list[Record]:
-        """Take one record; return the records it (and any timeouts) released, in order.
-
-        Within a group the returned records follow the sequence numbers; groups that timed
-        out come first. A record that would have to wait while ``capacity`` records are held
-        is refused: with ``timeout_s=0`` (the default) at once, otherwise after waiting up to
-        ``timeout_s`` seconds (``None``: forever) for completed groups or timeouts to make
-        room. Records that need no room (pass-through, the next in sequence, the last of a
-        batch, duplicates, rejects) are always taken.
+        """Take one record; return the records it (and any timeouts) released, in order:
+        groups that timed out first, then by sequence number. A record that would wait while
+        ``capacity`` records are held is refused, at once with ``timeout_s=0`` (the default),
+        else after up to ``timeout_s`` seconds (``None``: forever) waiting for room. Records
+        that need no room (pass-through, next in sequence, duplicates, rejects) are taken.
 
         Raises:
             TypeError: ``record`` is not a Record.
@@ -154,26 +150,17 @@ class Resequencer:
                     self._expire_locked(now, out, dead)
                 if self._buffered >= self.capacity and self._needs_room(record, seq):
                     self._wait_for_room(record, seq, timeout_s, out, dead)
-                partition, offset = record.partition, record.offset
-                track = None
-                if partition is not None and offset is not None:
-                    track = self._tracks.get(partition)
-                    if track is None or (track.last is not None and offset <= track.last):
-                        self._check_rewind(record)
-                        track = self._tracks[partition] = Track()
-                    elif track.refused is not None and track.refused[0] == offset:
-                        track.refused[1].release()  # refused before, taken now
-                        track.refused = None
+                track = self._track(record)
                 if seq is None:
                     self._passed += 1
                     out.append(record)
                 elif isinstance(seq, tuple):
                     raw, size, number = seq
-                    group = self._groups.get((partition, raw))
+                    group = self._groups.get((record.partition, raw))
                     if group is None or size != group.size:
                         group = self._open(record, seq, group, track, dead)
-                    if group is None:
-                        pass  # a duplicate, late or rejected record
+                    if group is None:  # a duplicate, late or rejected record
+                        pass
                     elif self._batch:  # the common path, inline
                         slots = group.slots
                         if slots[number] is None:
@@ -189,11 +176,25 @@ class Resequencer:
                 else:
                     self._reject(record, seq.reason, seq.detail, track, dead)
                 if track is not None:
-                    track.last = offset
+                    track.last = record.offset
         finally:
             if dead:
                 self._letters.send(dead)
         return out
+
+    def _track(self, record: Record) -> Track | None:
+        """The offsets seen on ``record``'s partition (a new track after a rewind)."""
+        partition, offset = record.partition, record.offset
+        if partition is None or offset is None:
+            return None
+        track = self._tracks.get(partition)
+        if track is None or (track.last is not None and offset <= track.last):
+            self._check_rewind(record)
+            track = self._tracks[partition] = Track()
+        elif track.refused is not None and track.refused[0] == offset:
+            track.refused[1].release()  # refused before, taken now
+            track.refused = None
+        return track
 
     def expire(self, now: float | None = None) -> list[Record]:
         """Time out groups older than ``timeout_s`` at ``now`` (default: the clock).
