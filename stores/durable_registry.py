@@ -260,8 +260,8 @@ class SqlDurableRegistry(Closing):
             self.store.close()
 
     def _run(self, what: str, fn: Callable[[], _T]) -> _T:
-        self.store._ready()
-        return self.store._guard(what, fn)
+        self.store.check_schema_once()
+        return self.store.guarded(what, fn)
 
 
 def _check_id(durable_id: object) -> None:

@@ -94,8 +94,8 @@ class SqlPositions(Closing):
             with self.store.engine.connect() as conn:
                 return _stored(conn, group, stream, wanted)
 
-        self.store._ready()
-        return self.store._guard("load positions", fetch, stream=stream)
+        self.store.check_schema_once()
+        return self.store.guarded("load positions", fetch, stream=stream)
 
     def claim(
         self, group: str, stream: str, partitions: Sequence[int], owner: str
@@ -114,8 +114,8 @@ class SqlPositions(Closing):
                     _claim(conn, group, stream, partition, owner)
                 return _stored(conn, group, stream, wanted)
 
-        self.store._ready()
-        return self.store._guard("claim positions", claim, stream=stream)
+        self.store.check_schema_once()
+        return self.store.guarded("claim positions", claim, stream=stream)
 
     def save(
         self,
@@ -143,8 +143,8 @@ class SqlPositions(Closing):
                 "conn must be a SQLAlchemy Connection in the application's transaction "
                 f"(store.engine.begin()), not {type(conn).__name__}"
             )
-        self.store._ready()
-        self.store._guard("save positions", lambda: _write(conn, group, stream, positions, owners))
+        self.store.check_schema_once()
+        self.store.guarded("save positions", lambda: _write(conn, group, stream, positions, owners))
         _when_committed(conn, on_commit)
 
     # -- inspection and lifetime -----------------------------------------------------------
@@ -160,8 +160,8 @@ class SqlPositions(Closing):
             with self.store.engine.connect() as conn:
                 return {int(p): int(o) for p, o in conn.execute(query) if o >= 0}
 
-        self.store._ready()
-        return self.store._guard("read positions", fetch, stream=stream)
+        self.store.check_schema_once()
+        return self.store.guarded("read positions", fetch, stream=stream)
 
     def close(self) -> None:
         """Close the store if this object opened it."""

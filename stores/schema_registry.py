@@ -60,7 +60,7 @@ class SqlSchemaRegistry:
         self._checked = False
         self._lock = threading.Lock()
 
-    def _ready(self) -> None:
+    def check_schema_once(self) -> None:
         if not self._checked:
             self.store.check_schema()
             self._checked = True
@@ -75,7 +75,7 @@ class SqlSchemaRegistry:
         _check_subject(subject)
         text = schema_text(schema)
         fingerprint = schema_fingerprint(text)
-        self._ready()
+        self.check_schema_once()
 
         def attempts() -> int:
             for attempt in range(_ATTEMPTS):
@@ -88,7 +88,7 @@ class SqlSchemaRegistry:
                         raise
             raise AssertionError("unreachable")  # pragma: no cover
 
-        return self.store._guard("register", attempts)
+        return self.store.guarded("register", attempts)
 
     def _register(self, conn: Connection, subject: str, text: str, fingerprint: str) -> int:
         s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
@@ -125,7 +125,7 @@ class SqlSchemaRegistry:
         text = self._texts.get(schema_id)
         if text is not None:
             return text
-        self._ready()
+        self.check_schema_once()
         s = SCHEMAS.c
 
         def fetch() -> str | None:
@@ -133,7 +133,7 @@ class SqlSchemaRegistry:
                 found = conn.execute(sa.select(s.schema).where(s.schema_id == schema_id))
                 return found.scalar_one_or_none()
 
-        text = self.store._guard("schema lookup", fetch)
+        text = self.store.guarded("schema lookup", fetch)
         if text is None:
             raise SchemaNotFoundError(f"schema id {schema_id} is not registered")
         self._texts[schema_id] = text
@@ -141,7 +141,7 @@ class SqlSchemaRegistry:
 
     def latest(self, subject: str) -> RegisteredSchema | None:
         """See ``SchemaRegistry.latest``."""
-        self._ready()
+        self.check_schema_once()
         s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
         query = (
             sa.select(v.version, v.schema_id, s.schema)
@@ -155,26 +155,26 @@ class SqlSchemaRegistry:
             with self.store.engine.connect() as conn:
                 return conn.execute(query).one_or_none()
 
-        row = self.store._guard("subject lookup", fetch)
+        row = self.store.guarded("subject lookup", fetch)
         if row is None:
             return None
         return RegisteredSchema(subject, int(row.version), int(row.schema_id), str(row.schema))
 
     def compatibility(self, subject: str) -> Compatibility:
         """See ``SchemaRegistry.compatibility``."""
-        self._ready()
+        self.check_schema_once()
 
         def fetch() -> Compatibility:
             with self.store.engine.connect() as conn:
                 return self._level(conn, subject)
 
-        return self.store._guard("compatibility lookup", fetch)
+        return self.store.guarded("compatibility lookup", fetch)
 
     def set_compatibility(self, subject: str, level: Compatibility | str) -> None:
         """See ``SchemaRegistry.set_compatibility``."""
         _check_subject(subject)
         checked = Compatibility.of(level)
-        self._ready()
+        self.check_schema_once()
 
         def write() -> None:
             with self.store.engine.begin() as conn:
@@ -191,7 +191,7 @@ class SqlSchemaRegistry:
                         {"subject": subject, "compatibility": checked.value},
                     )
 
-        self.store._guard("set compatibility", write)
+        self.store.guarded("set compatibility", write)
 
     @staticmethod
     def _level(conn: Connection, subject: str) -> Compatibility:

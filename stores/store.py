@@ -96,7 +96,7 @@ class SqlStore(Closing):
 
     def current(self) -> str | None:
         """The database's schema revision, or ``None`` when bolide's tables are absent."""
-        return self._guard("current", lambda: _migrate.current_revision(self.engine))
+        return self.guarded("current", lambda: _migrate.current_revision(self.engine))
 
     def head(self) -> str:
         """The newest schema revision this code knows."""
@@ -104,12 +104,12 @@ class SqlStore(Closing):
 
     def upgrade(self, revision: str = "head") -> None:
         """Migrate the schema up to ``revision`` (what ``bolide db upgrade`` does)."""
-        self._guard("upgrade", lambda: _migrate.upgrade(self.engine, revision))
+        self.guarded("upgrade", lambda: _migrate.upgrade(self.engine, revision))
         self._schema_ok = False
 
     def downgrade(self, revision: str) -> None:
         """Migrate the schema down to ``revision``; ``"base"`` drops every bolide table."""
-        self._guard("downgrade", lambda: _migrate.downgrade(self.engine, revision))
+        self.guarded("downgrade", lambda: _migrate.downgrade(self.engine, revision))
         self._schema_ok = False
 
     def check_schema(self) -> None:
@@ -139,7 +139,8 @@ class SqlStore(Closing):
             f"version of bolide (head {head}): upgrade bolide"
         )
 
-    def _ready(self) -> None:
+    def check_schema_once(self) -> None:
+        """Check the schema before the first use (``check_schema``), once per store."""
         if self._schema_ok or not self._check_schema:
             return
         with self._lock:
@@ -185,7 +186,7 @@ class SqlStore(Closing):
         headers: list[HeaderRow] = []
         for stream, recs in batches.items():
             _rows(_check_stream(stream), recs, records, headers)
-        self._ready()
+        self.check_schema_once()
 
         def write() -> int:
             with self.engine.begin() as conn:
@@ -194,7 +195,7 @@ class SqlStore(Closing):
                     also(conn)
                 return inserted
 
-        return self._guard("store_all", write, stream=_only(batches))
+        return self.guarded("store_all", write, stream=_only(batches))
 
     def load(self, stream: str, partition: int, offset: int) -> Record | None:
         """Return the record at ``(partition, offset)``, or ``None`` when it is not stored."""
@@ -216,13 +217,13 @@ class SqlStore(Closing):
         check_int("limit", limit)
         if limit == 0:
             return []
-        self._ready()
+        self.check_schema_once()
 
         def fetch() -> list[Record]:
             with self.engine.connect() as conn:
                 return read_page(conn, stream, partition, from_offset, limit)
 
-        return self._guard("read", fetch, stream=stream, partition=partition)
+        return self.guarded("read", fetch, stream=stream, partition=partition)
 
     def largest_offset(self, stream: str, partition: int) -> int | None:
         """The largest stored offset of ``partition``, or ``None`` when nothing is stored."""
@@ -235,7 +236,7 @@ class SqlStore(Closing):
     def _edge(self, fn: Any, stream: str, partition: int) -> int | None:
         _check_stream(stream)
         check_int("partition", partition)
-        self._ready()
+        self.check_schema_once()
         r = RECORDS.c
         query = sa.select(fn(r.kafka_offset)).where(
             r.stream == stream, r.kafka_partition == partition
@@ -246,12 +247,12 @@ class SqlStore(Closing):
                 value = conn.execute(query).scalar()
             return None if value is None else int(value)
 
-        return self._guard("offset lookup", fetch, stream=stream, partition=partition)
+        return self.guarded("offset lookup", fetch, stream=stream, partition=partition)
 
     def partitions(self, stream: str) -> list[int]:
         """The partitions of ``stream`` that have stored records, ascending."""
         _check_stream(stream)
-        self._ready()
+        self.check_schema_once()
         r = RECORDS.c
         query = sa.select(r.kafka_partition).where(r.stream == stream).distinct()
 
@@ -259,22 +260,22 @@ class SqlStore(Closing):
             with self.engine.connect() as conn:
                 return sorted(int(p) for p in conn.execute(query).scalars())
 
-        return self._guard("partitions", fetch, stream=stream)
+        return self.guarded("partitions", fetch, stream=stream)
 
     def streams(self) -> list[str]:
         """The streams that have stored records, sorted."""
-        self._ready()
+        self.check_schema_once()
         query = sa.select(RECORDS.c.stream).distinct()
 
         def fetch() -> list[str]:
             with self.engine.connect() as conn:
                 return sorted(str(s) for s in conn.execute(query).scalars())
 
-        return self._guard("streams", fetch)
+        return self.guarded("streams", fetch)
 
     # -- errors and lifetime --------------------------------------------------------------
 
-    def _guard(
+    def guarded(
         self,
         what: str,
         fn: Callable[[], _T],
@@ -282,7 +283,8 @@ class SqlStore(Closing):
         stream: str | None = None,
         partition: int | None = None,
     ) -> _T:
-        """Run ``fn``; turn database errors into ``StoreError`` without the password."""
+        """Run ``fn``; turn database errors into ``StoreError`` without the password (what
+        every part of the store that talks to the database runs its work through)."""
         try:
             return fn()
         except exc.SQLAlchemyError as error:

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from bolide.facade.cli.common import add_bootstrap_argument
 from bolide.facade.errors import BolideError
@@ -84,7 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
     return int(run_all.main(argv))
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Any) -> None:
     """Add ``bolide bench``."""
     bench = subparsers.add_parser(
         "bench",

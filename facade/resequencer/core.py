@@ -54,8 +54,7 @@ class Resequencer:
     """Releases the records of each group in sequence order (0, 1, ..., size - 1).
 
     Args:
-        mode: ``"batch"`` releases a group once all its records are in; ``"stream"`` releases
-            each record as soon as its predecessor has gone.
+        mode: ``"batch"`` releases a group once complete, ``"stream"`` each record in turn.
         timeout_s: A group must complete within this many seconds of its first record.
         capacity: Most records held at once (all groups together). In batch mode a group
             larger than this can never complete and is rejected (reason ``too_large``).

@@ -1,0 +1,92 @@
+"""The shape docs/architecture.md promises, checked on the source: no module over 500 lines, no
+function over 60, and no object's underscore members used from outside the module that
+defines them (the seams are protocols and public methods)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("facade", "stores", "spark", "migrations")
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+#: Underscore names that are other libraries' public API: confluent-kafka's error codes
+#: (``KafkaError._PARTITION_EOF``), SQLAlchemy's ``Row._mapping``, namedtuple's methods.
+FOREIGN = frozenset({"_mapping", "_replace", "_asdict", "_fields"})
+FOREIGN_OWNERS = frozenset({"KafkaError"})
+
+
+def sources() -> Iterator[Path]:
+    for package in PACKAGES:
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def test_the_packages_hold_sources() -> None:
+    assert len(list(sources())) > 50
+
+
+@pytest.mark.parametrize("path", list(sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_and_function_sizes(path: Path) -> None:
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path.name}: split the module"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == []
+
+
+def _defined_private(tree: ast.AST) -> set[str]:
+    """Underscore names this module defines: functions, classes, attributes it assigns,
+    module names and ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+                if isinstance(target, ast.Name) and target.id == "__slots__":
+                    value = node.value
+                    if isinstance(value, ast.Tuple | ast.List):
+                        names.update(e.value for e in value.elts if isinstance(e, ast.Constant))
+    return {n for n in names if n.startswith("_")}
+
+
+def _foreign_private(tree: ast.AST) -> list[str]:
+    own = _defined_private(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        attr, owner = node.attr, node.value
+        if not attr.startswith("_") or attr.startswith("__") or attr in own | FOREIGN:
+            continue
+        if isinstance(owner, ast.Name) and owner.id in {"self", "cls"} | FOREIGN_OWNERS:
+            continue
+        found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", list(sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_member_of_another_module(path: Path) -> None:
+    assert _foreign_private(ast.parse(path.read_text())) == []
+
+
+def test_the_check_finds_a_private_member_of_another_module() -> None:
+    tree = ast.parse("def f(sub):\n    return sub._fetcher.poll()\n")
+    assert _foreign_private(tree) == ["line 2: sub._fetcher"]
+    same = ast.parse("class A:\n    def __init__(self):\n        self._x = 1\n"
+                     "    def eq(self, other):\n        return other._x\n")  # fmt: skip
+    assert _foreign_private(same) == []
