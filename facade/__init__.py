@@ -50,6 +50,8 @@ from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
 from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.facade.retry import Retry
+from bolide.facade.share import ShareSubscriber  # registers itself with Subscriber
+from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.streams import StreamsSubscriber  # registers itself with Subscriber
 from bolide.facade.subscriber import Subscriber
 
@@ -94,6 +96,8 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaRegistry",
     "SerializationError",
+    "ShareReceiver",
+    "ShareSubscriber",
     "StoreError",
     "StreamConfig",
     "StreamConfigMismatchError",

@@ -236,6 +236,13 @@ class SubscriberConfig:
             (``bolide.stores.SqlPositions``): they are read from there at start (ungrouped)
             or on assignment (grouped), and ``confirm(conn=...)`` writes them in the
             application's transaction.
+        share_group: Read ``stream`` as a queue, in this Kafka share group (KIP-932): each
+            record goes to one member and is acknowledged on its own (docs/queues.md).
+            Exclusive with ``group``, ``durable_id`` and ``positions``.
+        share_group_config: The share group's own settings, by Kafka's names (e.g.
+            ``share.record.lock.duration.ms``, ``share.delivery.count.limit``), set on the
+            group when the subscriber starts; ``initial_offset_scheme`` sets
+            ``share.auto.offset.reset``.
     """
 
     stream: StreamConfig | None = None
@@ -258,6 +265,8 @@ class SubscriberConfig:
     dead_letter: StreamConfig | None = None
     isolation: Isolation = "read_committed"
     positions: PositionStore | None = field(default=None, compare=False)
+    share_group: str | None = None
+    share_group_config: Mapping[str, Any] = field(default_factory=dict)
 
     __repr__ = safe_repr
 
@@ -284,6 +293,7 @@ class SubscriberConfig:
             if self.group is not None:
                 raise ValueError("durable_id and group contradict: a durable client has its own")
         check_seconds("durable_timeout_s", self.durable_timeout_s)
+        self._check_share()
         if not self.grouped and self.initial_offset_scheme is InitialOffsetScheme.NONE:
             raise InvalidInitialOffsetSchemeError(
                 "initial_offset_scheme NONE is illegal for an ungrouped subscriber",
@@ -325,6 +335,33 @@ class SubscriberConfig:
                 "a durable client reads one stream: durable_id needs stream=, not streams= or "
                 "pattern="
             )
+
+    def _check_share(self) -> None:
+        _check_group("share_group", self.share_group)
+        settings = self.share_group_config
+        if not isinstance(settings, Mapping):
+            raise TypeError("share_group_config must be a mapping of share group settings")
+        if self.share_group is None:
+            if settings:
+                raise ValueError("share_group_config needs share_group")
+            return
+        for name in ("group", "durable_id", "positions", "on_assign", "on_revoke"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"share_group and {name} contradict: a share group is a queue")
+        if self.stream is None:
+            raise ValueError("a share group subscriber reads one stream: give stream=")
+        if self.initial_offset_scheme is InitialOffsetScheme.NONE:
+            raise InvalidInitialOffsetSchemeError(
+                "initial_offset_scheme NONE does not apply to a share group: it starts where "
+                "share.auto.offset.reset says (EARLIEST or LATEST)",
+                stream=self.stream.name,
+            )
+        for key, value in settings.items():
+            if not isinstance(key, str) or not key.startswith("share."):
+                raise ValueError(f"share_group_config: {key!r} is not a share group setting")
+            if not isinstance(value, str | int) or isinstance(value, bool):
+                raise TypeError(f"share_group_config: {key!r} must be a str or an int")
+        object.__setattr__(self, "share_group_config", dict(settings))
 
     @property
     def single(self) -> StreamConfig:

@@ -62,6 +62,8 @@ class Reason(enum.StrEnum):
     """The group did not complete within the timeout (``on_timeout="dead_letter"``)."""
     LATE = "late"
     """The record belongs to a group that already timed out."""
+    REJECTED = "rejected"
+    """The application rejected it on a share group (``ShareSubscriber.reject``)."""
 
 
 def letter(record: Record, reason: Reason | str, detail: str, source: str | None = None) -> Record:

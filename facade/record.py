@@ -77,11 +77,13 @@ class Record:
             (its ``offset`` set) goes where the key or the publisher sends it.
 
     After publishing or polling, ``offset``, ``partition`` and ``timestamp_ms`` are set.
-    Durable replays set ``replayed``; a serde sets ``value`` to the decoded object.
+    Durable replays set ``replayed``; a serde sets ``value`` to the decoded object; a share
+    group sets ``delivery_count`` (1 on the first delivery; ``None`` elsewhere).
     """
 
     __slots__ = (
         "data",
+        "delivery_count",
         "group",
         "headers",
         "key",
@@ -137,6 +139,7 @@ class Record:
         self.partition: int | None = partition
         self.timestamp_ms: int | None = None
         self.replayed: bool = False
+        self.delivery_count: int | None = None
         self.stream: str | None = None
         self.value: Any = None
 
@@ -251,6 +254,7 @@ def trusted_record(
     record.offset = offset
     record.timestamp_ms = timestamp_ms
     record.replayed = False
+    record.delivery_count = None
     record.value = None
     return record
 
@@ -291,5 +295,6 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
     record.offset = msg.offset()
     record.timestamp_ms = msg.timestamp()[1]
     record.replayed = False
+    record.delivery_count = None
     record.value = None
     return record

@@ -37,7 +37,7 @@ from bolide.facade.receiver import (
     RecordHandler,
 )
 from bolide.facade.record import RecordBatch
-from bolide.facade.subscriber import Subscriber, read_several_streams_with
+from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.validate import check_int
 
 __all__ = ["StreamReceivers", "StreamsSubscriber"]
@@ -59,7 +59,7 @@ def matching(pattern: str, topics: Iterable[str], *, exclude: Iterable[str] = ()
     )
 
 
-@read_several_streams_with
+@subscriber_kind("streams")
 class StreamsSubscriber(Subscriber):
     """Reads several streams as one subscriber (see the module docstring).
 

@@ -14,7 +14,7 @@ partition reads, the splice), ``Fetcher`` (queue, history, Kafka, decoding, dead
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Unpack
 
@@ -51,14 +51,14 @@ __all__ = ["Subscriber"]
 
 _SLICE_S = 0.1  # longest wait of poll while holding the subscriber's lock
 
-#: What ``Subscriber(...)`` builds for several streams: registered by ``bolide.facade.streams``.
-_SEVERAL_STREAMS: list[type[Subscriber]] = []
+#: The subclass ``Subscriber(...)`` builds for several streams (``"streams"``) and for a share
+#: group (``"share"``): ``bolide.facade.streams`` and ``bolide.facade.share`` register them.
+_KINDS: dict[str, type[Subscriber]] = {}
 
 
-def read_several_streams_with(cls: type[Subscriber]) -> type[Subscriber]:
-    """Register the subclass that reads several streams (a class decorator)."""
-    _SEVERAL_STREAMS[:] = [cls]
-    return cls
+def subscriber_kind(kind: str) -> Callable[[type[Subscriber]], type[Subscriber]]:
+    """A class decorator: ``Subscriber(...)`` builds the class for ``kind``."""
+    return lambda cls: _KINDS.setdefault(kind, cls)
 
 
 class Subscriber(Closing):
@@ -76,8 +76,11 @@ class Subscriber(Closing):
     """
 
     def __new__(cls, cluster: Cluster, config: SubscriberConfig) -> Subscriber:
-        if cls is Subscriber and isinstance(config, SubscriberConfig) and config.stream is None:
-            return super().__new__(_SEVERAL_STREAMS[0])
+        if cls is Subscriber and isinstance(config, SubscriberConfig):
+            if config.share_group is not None:
+                return super().__new__(_KINDS["share"])
+            if config.stream is None:
+                return super().__new__(_KINDS["streams"])
         return super().__new__(cls)
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:

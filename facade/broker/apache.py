@@ -186,6 +186,9 @@ class KafkaEngine:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "transaction.remove.expired.transaction.cleanup.interval.ms": "5000",
             "auto.create.topics.enable": "true",
+            # Share groups' record locks may be as short as a second, so that a test of a
+            # member's death waits seconds, not Kafka's 15 s minimum.
+            "group.share.min.record.lock.duration.ms": "1000",
         }
         props.update(self._settings)
         return "".join(f"{key}={value}\n" for key, value in props.items())

@@ -1,0 +1,513 @@
+"""ShareSubscriber: a stream read as a queue, in a Kafka share group (KIP-932, Apache Kafka 4.1+).
+
+``Subscriber(cluster, SubscriberConfig(stream=s, share_group="workers"))`` builds one. Unlike a
+consumer group, where a partition feeds one member, every member of a share group acquires
+records of every partition, so a one-partition stream feeds as many workers as join. Each
+record polled is *acquired* by this member until it is settled: ``ack`` (done, never delivered
+again), ``release`` (delivered again at once, maybe to another member) or ``reject`` (never
+delivered again; dead-lettered when ``SubscriberConfig(dead_letter=...)`` is set). A member
+that dies or stops polling holds its records only until their lock expires (the group's
+``share.record.lock.duration.ms``); then other members get them, with ``delivery_count`` one
+higher. There is no key order across members (docs/queues.md).
+
+The records of one poll must all be settled before the next poll (Kafka's explicit
+acknowledgement); ``confirm()`` acks every one not settled yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Unpack, cast
+
+from confluent_kafka import (
+    AcknowledgeType,
+    IllegalStateException,
+    KafkaError,
+    KafkaException,
+    Message,
+    ShareConsumer,
+)
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from bolide.facade._internal.lock import HookLock
+from bolide.facade._parts.client import error_reporter
+from bolide.facade._parts.decoding import Decoder
+from bolide.facade.config import Cluster, InitialOffsetScheme, PublisherConfig, SubscriberConfig
+from bolide.facade.deadletter import Reason, letter
+from bolide.facade.errors import (
+    BrokerError,
+    IllegalSubscriberStateError,
+    ReceiverAlreadyAttachedError,
+)
+from bolide.facade.features import broker_features
+from bolide.facade.health import Health, measure
+from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, ensure_topic, new_client
+from bolide.facade.parallel import ReceiverOptions
+from bolide.facade.publisher import Publisher
+from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
+from bolide.facade.record import Record, RecordBatch, record_from_message
+from bolide.facade.share_receiver import ShareReceiver
+from bolide.facade.subscriber import Subscriber, subscriber_kind
+from bolide.facade.telemetry import TELEMETRY
+from bolide.facade.validate import check_int
+
+__all__ = ["ShareSubscriber", "require_share_groups"]
+
+log = logging.getLogger(__name__)
+
+_SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
+#: Consumer defaults a share consumer refuses ("not applicable for share consumer").
+_GROUP_ONLY = ("enable.auto.commit", "enable.auto.offset.store", "fetch.queue.backoff.ms")
+_Key = tuple[str, int, int]
+
+
+def require_share_groups(cluster: Cluster) -> None:
+    """Refuse a cluster without share groups (Tansu; Kafka before 4.1; ``share.version`` not
+    enabled), naming what is missing. A cluster behind TLS or SASL is not probed.
+
+    Raises:
+        BrokerError: Share groups are not available there.
+    """
+    features = broker_features(cluster)
+    missing = features.share_groups() if features is not None else None
+    if missing is not None:
+        raise BrokerError(f"share groups need Apache Kafka 4.1 or later: {missing}")
+
+
+@subscriber_kind("share")
+class ShareSubscriber(Subscriber):
+    """Reads one stream as a queue in a share group (see the module docstring).
+
+    Raises:
+        BrokerError: The cluster has no share groups (the message says what is missing).
+        ValueError: A ``share_group_config`` setting the broker refused.
+    """
+
+    def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
+        if not isinstance(cluster, Cluster):
+            raise TypeError("cluster must be a Cluster")
+        if not isinstance(config, SubscriberConfig) or config.share_group is None:
+            raise TypeError("config must be a SubscriberConfig with share_group")
+        self.cluster, self.config = cluster, config
+        self.stream = config.single
+        self.topic = self.stream.name
+        self.grouped = False  # not a consumer group: nothing is assigned, nothing committed
+        self.share_group = self.group_id = config.share_group
+        self._share_lock = threading.Lock()  # a share consumer takes one call at a time
+        # Reports run at once: a share subscriber calls no user code under its own lock.
+        self._report = error_reporter(config.error_handler, HookLock())
+        self._closed = False
+        self._receiver: Receiver | None = None
+        self._queue: deque[Record] = deque()  # acquired, not yet returned by poll
+        self._held: dict[_Key, Record] = {}  # returned by poll, not yet settled
+        self._last_poll_ms: int | None = None
+        self._letters: Publisher | None = None  # the dead letter stream's, made on first use
+        require_share_groups(cluster)
+        self.partitions = ensure_topic(cluster, self.stream)
+        _configure_group(cluster, config)
+        self._decoder = Decoder(cluster, config) if config.serde is not None else None
+        self._share = new_client(ShareConsumer, self._settings(), "consumer_config")
+        self._share.set_acknowledgement_commit_callback(self._on_acknowledged)
+        self._share.subscribe([self.topic])
+        if TELEMETRY is not None:
+            TELEMETRY.watch(self)
+
+    def _settings(self) -> dict[str, Any]:
+        defaults = {k: v for k, v in CONSUMER_DEFAULTS.items() if k not in _GROUP_ONLY}
+        own = {
+            "group.id": self.share_group,
+            "client.id": f"bolide-share-{self.topic}",
+            "share.acknowledgement.mode": "explicit",
+            # Records acquired per fetch: what one member holds at a time, so that the others
+            # get the rest.
+            "max.poll.records": self.config.max_batch,
+        }
+        return self.cluster.client_config(defaults, own, self.config.consumer_config)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int) -> RecordBatch:
+        """Acquire the next records, waiting at most ``timeout_ms`` for the first one; up to
+        ``max_batch`` records.
+
+        Raises:
+            IllegalSubscriberStateError: Records of the previous poll are not settled yet, or
+                the subscriber is closed.
+            SerializationError: A record the serde cannot decode, with no dead letter stream
+                (the record is released: delivered again until the group's delivery limit).
+        """
+        check_int("timeout_ms", timeout_ms)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            with self._share_lock:
+                self._check_open()
+                if not self._queue:
+                    if self._held:
+                        raise IllegalSubscriberStateError(
+                            f"{len(self._held)} records of the previous poll are not settled: "
+                            "ack, release or reject each (or confirm()) before polling again",
+                            stream=self.topic,
+                        )
+                    wait = max(0.0, min(deadline - time.monotonic(), _SLICE_S))
+                    self._fetch(wait)
+                batch = self._take()
+            if batch or time.monotonic() >= deadline:
+                if batch and TELEMETRY is not None:
+                    TELEMETRY.delivered(self, batch)
+                return batch
+
+    def _fetch(self, timeout_s: float) -> None:
+        # The stubs say Message | None; a share consumer's poll returns a list of them.
+        messages = cast(list[Message], self._share.poll(timeout_s))
+        self._last_poll_ms = int(time.time() * 1000)
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise BrokerError(f"share consumer failed: {err.str()}", stream=self.topic)
+                self._report(f"share consumer on {self.topic}: {err.str()}", None)
+                continue
+            record = record_from_message(msg, self.topic)
+            record.delivery_count = msg.delivery_count()
+            self._queue.append(record)
+
+    def _take(self) -> RecordBatch:
+        """Up to ``max_batch`` queued records, decoded, now held by the application."""
+        out: list[Record] = []
+        while self._queue and len(out) < self.config.max_batch:
+            record = self._queue.popleft()
+            key = _key(record)
+            self._held[key] = record
+            if self._decoder is not None:
+                failure = self._decoder.decode(record)
+                if failure is not None:
+                    if self.config.dead_letter is None:
+                        self._settle(key, AcknowledgeType.RELEASE)
+                        raise failure
+                    self._decoder.dead_letter(record, failure)
+                    self._settle(key, AcknowledgeType.REJECT)
+                    continue
+            out.append(record)
+        return RecordBatch(out)
+
+    # -- settling ----------------------------------------------------------------------
+
+    def ack(self, record: Record) -> None:
+        """Done with ``record``: it is never delivered again.
+
+        Raises:
+            IllegalSubscriberStateError: ``record`` is not held by this subscriber (never
+                polled here, settled already, or the subscriber is closed).
+        """
+        self._settle_one(record, AcknowledgeType.ACCEPT)
+
+    def release(self, record: Record) -> None:
+        """Give ``record`` back now: it is delivered again (maybe to another member), with a
+        higher ``delivery_count``, until the group's ``share.delivery.count.limit``.
+
+        Raises:
+            IllegalSubscriberStateError: ``record`` is not held by this subscriber.
+        """
+        self._settle_one(record, AcknowledgeType.RELEASE)
+
+    def reject(self, record: Record, detail: str = "rejected by the application") -> None:
+        """``record`` cannot be processed: it is never delivered again. With
+        ``SubscriberConfig(dead_letter=...)`` it goes there first, with ``bolide.reason``
+        ``rejected``, ``detail`` and its source.
+
+        Raises:
+            IllegalSubscriberStateError: ``record`` is not held by this subscriber.
+            PublishError: The dead letter was not published (the record stays held).
+        """
+        self._check_held(record)
+        if self.config.dead_letter is not None:
+            self._dead_letter(record, Reason.REJECTED, detail)
+        self._settle_one(record, AcknowledgeType.REJECT)
+
+    def confirm(self, *args: Any, **kwargs: Any) -> None:
+        """Ack every record polled and not settled yet, and wait until the broker has them.
+
+        Raises:
+            IllegalSubscriberStateError: The subscriber is closed, or arguments were given (a
+                share group confirms records, not offsets: ``ack`` one by one).
+        """
+        if args or kwargs:
+            raise IllegalSubscriberStateError(
+                "a share group confirms records, not offsets: use ack(record)", stream=self.topic
+            )
+        with self._share_lock:
+            self._check_open()
+            for key in list(self._held):
+                self._settle(key, AcknowledgeType.ACCEPT, commit=False)
+            self._commit_sync()
+
+    def _check_held(self, record: Record) -> _Key:
+        if not isinstance(record, Record):
+            raise TypeError(f"record must be a Record, not {type(record).__name__}")
+        key = _key(record)
+        if key not in self._held:
+            raise IllegalSubscriberStateError(
+                f"{record!r} is not held by this subscriber (never polled here, or settled)",
+                stream=self.topic,
+            )
+        return key
+
+    def _settle_one(self, record: Record, kind: AcknowledgeType) -> None:
+        with self._share_lock:
+            self._check_open()
+            self._settle(self._check_held(record), kind)
+
+    def _settle(self, key: _Key, kind: AcknowledgeType, *, commit: bool = True) -> None:
+        """Acknowledge one held record (under the lock); once a poll's records are all
+        settled, send the acknowledgements (a release is then delivered again at once)."""
+        stream, partition, offset = key
+        try:
+            self._share.acknowledge_offset(stream, partition, offset, kind)
+        except IllegalStateException as exc:
+            self._held.pop(key, None)
+            raise IllegalSubscriberStateError(
+                f"{stream}[{partition}] offset {offset} is no longer acquired here (its lock "
+                f"expired: another member may have it): {exc}",
+                stream=stream,
+            ) from exc
+        del self._held[key]
+        if commit and not self._held and not self._queue:
+            self._share.commit_async()
+
+    def _commit_sync(self) -> None:
+        try:
+            self._share.commit_sync(30.0)
+        except KafkaException as exc:
+            self._report(f"acknowledging records of {self.topic} failed", exc)
+
+    def _on_acknowledged(self, offsets: Any, error: KafkaException | None) -> None:
+        if error is not None:
+            self._report(f"acknowledging records of {self.topic} failed", error)
+
+    def _dead_letter(self, record: Record, reason: Reason, detail: str) -> None:
+        with self._share_lock:
+            if self._letters is None:
+                assert self.config.dead_letter is not None
+                config = PublisherConfig(stream=self.config.dead_letter)
+                self._letters = Publisher(self.cluster, config)
+            publisher = self._letters
+        source = f"{record.stream}/{record.partition}/{record.offset}"
+        publisher.publish(letter(record, reason, detail, source))
+
+    # -- what does not apply to a queue ----------------------------------------------
+
+    def _not_for_share_groups(self, what: str) -> IllegalSubscriberStateError:
+        return IllegalSubscriberStateError(
+            f"{what} does not apply to a share group: records are acquired and acknowledged "
+            "one by one, with no position of this member's own",
+            stream=self.topic,
+        )
+
+    def seek(self, offset: int, partition: int | None = None, stream: str | None = None) -> None:
+        """Not for share groups.
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("seek")
+
+    def seek_to_time(
+        self, timestamp_ms: int, partition: int | None = None, stream: str | None = None
+    ) -> None:
+        """Not for share groups.
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("seek_to_time")
+
+    def committed(
+        self, timeout_s: float = 10.0, *, stream: str | None = None
+    ) -> dict[int, int | None]:
+        """Not for share groups (the group keeps a start offset per partition, not a
+        position per member).
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("committed")
+
+    def deactivate(self) -> None:
+        """Not for share groups (close the subscriber to leave).
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("deactivate")
+
+    def reactivate(self) -> None:
+        """Not for share groups.
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("reactivate")
+
+    def pause(self, partitions: Any = None) -> None:
+        """Not for share groups (stop polling instead: acquired records keep their locks).
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("pause")
+
+    def resume(self, partitions: Any = None) -> None:
+        """Not for share groups.
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("resume")
+
+    @property
+    def paused(self) -> frozenset[tuple[str, int]]:
+        """Always empty: a share group member pauses nothing."""
+        return frozenset()
+
+    def transaction_sources(self) -> list[Any]:
+        """Not for share groups: their acknowledgements are not part of Kafka transactions.
+
+        Raises:
+            IllegalSubscriberStateError: Always.
+        """
+        raise self._not_for_share_groups("Publisher.confirm(subscriber)")
+
+    @property
+    def durable(self) -> None:
+        """Always ``None``: a share group member is not a durable client."""
+        return None
+
+    @property
+    def marker(self) -> dict[int, int]:
+        """Always empty (durable clients only)."""
+        return {}
+
+    # -- receiver, state, lifecycle --------------------------------------------------
+
+    def attach_receiver(
+        self,
+        handler: RecordHandler | AsyncRecordHandler,
+        poll_timeout_ms: int = 100,
+        **options: Unpack[ReceiverOptions],
+    ) -> Receiver:
+        """Start a ``ShareReceiver``: ``concurrency`` handler calls at once, each record
+        acked when its handler returns; ``retry`` and ``dead_letter`` as for any receiver (a
+        record given up is rejected after its dead letter, else released). ``ordering`` can
+        only be ``"unordered"``; ``resequencer`` does not apply.
+
+        Raises:
+            ReceiverAlreadyAttachedError: A receiver is already attached.
+        """
+        with self._share_lock:
+            self._check_open()
+            if self._receiver is not None and self._receiver.running:
+                raise ReceiverAlreadyAttachedError(
+                    "a receiver is already attached", stream=self.topic
+                )
+            receiver = ShareReceiver(self, handler, poll_timeout_ms, **options)
+            self._receiver = receiver
+            receiver.start()
+        return receiver
+
+    def report(self, summary: str, error: BaseException | None) -> None:
+        """Tell the error handler (or the log)."""
+        self._report(summary, error)
+
+    def is_assigned(self) -> bool:
+        """True while open: every member of a share group reads every partition."""
+        return not self._closed
+
+    @property
+    def joined(self) -> bool:
+        """True while open."""
+        return not self._closed
+
+    @property
+    def held(self) -> int:
+        """Records this subscriber holds: polled and not settled, or acquired and queued."""
+        return len(self._held) + len(self._queue)
+
+    def health(self, *, lag: bool = True) -> Health:
+        """Open or closed, and the last poll (a share group has no per-member lag)."""
+        return measure(self.cluster, "share subscriber", self.share_group, (self.topic,), {},
+                       closed=self._closed, last_poll_ms=self._last_poll_ms, lag=False)  # fmt: skip
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close``."""
+        return self._closed
+
+    def close(self, keep_alive: bool = True) -> None:
+        """Stop the receiver, release every record still held (other members get them at
+        once, not after their lock) and leave the share group."""
+        receiver = self._receiver
+        if receiver is not None:
+            receiver.close()
+        with self._share_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                for record in [*self._held.values(), *self._queue]:
+                    key = _key(record)
+                    self._held[key] = record
+                    self._settle(key, AcknowledgeType.RELEASE, commit=False)
+                self._queue.clear()
+            finally:
+                try:
+                    self._share.close()
+                finally:
+                    if self._decoder is not None:
+                        self._decoder.close()
+                    if self._letters is not None:
+                        self._letters.close()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ShareSubscriber(stream={self.topic!r}, share_group={self.share_group!r})"
+
+
+def _key(record: Record) -> _Key:
+    return (str(record.stream), int(record.partition or 0), int(record.offset or 0))
+
+
+def _configure_group(cluster: Cluster, config: SubscriberConfig) -> None:
+    """Set the share group's own settings (``share.auto.offset.reset`` from the initial
+    offset scheme, then ``share_group_config``) on the broker.
+
+    Raises:
+        ValueError: The broker refused a setting.
+    """
+    settings: dict[str, str] = {}
+    scheme = config.initial_offset_scheme
+    settings["share.auto.offset.reset"] = (
+        "latest" if scheme is InitialOffsetScheme.LATEST else "earliest"
+    )
+    settings.update({k: str(v) for k, v in config.share_group_config.items()})
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
+    ]
+    group = str(config.share_group)
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
+    try:
+        admin = admin_client(cluster)  # kept alive until the answer comes
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=30)
+    except KafkaException as exc:
+        raise ValueError(f"share_group_config of {group!r}: {exc.args[0].str()}") from exc
