@@ -309,64 +309,37 @@ class ShareSubscriber(Subscriber):
         )
 
     def seek(self, offset: int, partition: int | None = None, stream: str | None = None) -> None:
-        """Not for share groups.
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups: raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("seek")
 
     def seek_to_time(
         self, timestamp_ms: int, partition: int | None = None, stream: str | None = None
     ) -> None:
-        """Not for share groups.
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups: raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("seek_to_time")
 
     def committed(
         self, timeout_s: float = 10.0, *, stream: str | None = None
     ) -> dict[int, int | None]:
-        """Not for share groups (the group keeps a start offset per partition, not a
-        position per member).
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups (no position per member): raises
+        ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("committed")
 
     def deactivate(self) -> None:
-        """Not for share groups (close the subscriber to leave).
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups (close to leave): raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("deactivate")
 
     def reactivate(self) -> None:
-        """Not for share groups.
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups: raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("reactivate")
 
     def pause(self, partitions: Any = None) -> None:
-        """Not for share groups (stop polling instead: acquired records keep their locks).
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups (stop polling instead): raises
+        ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("pause")
 
     def resume(self, partitions: Any = None) -> None:
-        """Not for share groups.
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups: raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("resume")
 
     @property
@@ -375,11 +348,8 @@ class ShareSubscriber(Subscriber):
         return frozenset()
 
     def transaction_sources(self) -> list[Any]:
-        """Not for share groups: their acknowledgements are not part of Kafka transactions.
-
-        Raises:
-            IllegalSubscriberStateError: Always.
-        """
+        """Not for share groups (acknowledgements are not part of Kafka transactions):
+        raises ``IllegalSubscriberStateError``."""
         raise self._not_for_share_groups("Publisher.confirm(subscriber)")
 
     @property
