@@ -30,21 +30,20 @@ from confluent_kafka import (
     Message,
     ShareConsumer,
 )
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._parts.client import error_reporter
 from bolide.facade._parts.decoding import Decoder
-from bolide.facade.config import Cluster, InitialOffsetScheme, PublisherConfig, SubscriberConfig
+from bolide.facade._parts.share_group import configure_group, require_share_groups
+from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
 from bolide.facade.deadletter import Reason, letter
 from bolide.facade.errors import (
     BrokerError,
     IllegalSubscriberStateError,
     ReceiverAlreadyAttachedError,
 )
-from bolide.facade.features import broker_features
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, ensure_topic, new_client
+from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
@@ -54,7 +53,7 @@ from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
-__all__ = ["ShareSubscriber", "require_share_groups"]
+__all__ = ["ShareSubscriber"]
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +61,6 @@ _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
 _GROUP_ONLY = ("enable.auto.commit", "enable.auto.offset.store", "fetch.queue.backoff.ms")
 _Key = tuple[str, int, int]
-
-
-def require_share_groups(cluster: Cluster) -> None:
-    """Refuse a cluster without share groups (Tansu; Kafka before 4.1; ``share.version`` not
-    enabled), naming what is missing. A cluster behind TLS or SASL is not probed.
-
-    Raises:
-        BrokerError: Share groups are not available there.
-    """
-    features = broker_features(cluster)
-    missing = features.share_groups() if features is not None else None
-    if missing is not None:
-        raise BrokerError(f"share groups need Apache Kafka 4.1 or later: {missing}")
 
 
 @subscriber_kind("share")
@@ -107,7 +93,8 @@ class ShareSubscriber(Subscriber):
         self._letters: Publisher | None = None  # the dead letter stream's, made on first use
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
-        _configure_group(cluster, config)
+        #: The group's delivery limit and record lock, as the broker has them.
+        self.group_settings = configure_group(cluster, config)
         self._decoder = Decoder(cluster, config) if config.serde is not None else None
         self._share = new_client(ShareConsumer, self._settings(), "consumer_config")
         self._share.set_acknowledgement_commit_callback(self._on_acknowledged)
@@ -455,29 +442,3 @@ class ShareSubscriber(Subscriber):
 
 def _key(record: Record) -> _Key:
     return (str(record.stream), int(record.partition or 0), int(record.offset or 0))
-
-
-def _configure_group(cluster: Cluster, config: SubscriberConfig) -> None:
-    """Set the share group's own settings (``share.auto.offset.reset`` from the initial
-    offset scheme, then ``share_group_config``) on the broker.
-
-    Raises:
-        ValueError: The broker refused a setting.
-    """
-    settings: dict[str, str] = {}
-    scheme = config.initial_offset_scheme
-    settings["share.auto.offset.reset"] = (
-        "latest" if scheme is InitialOffsetScheme.LATEST else "earliest"
-    )
-    settings.update({k: str(v) for k, v in config.share_group_config.items()})
-    entries = [
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
-    ]
-    group = str(config.share_group)
-    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
-    try:
-        admin = admin_client(cluster)  # kept alive until the answer comes
-        for future in admin.incremental_alter_configs([resource]).values():
-            future.result(timeout=30)
-    except KafkaException as exc:
-        raise ValueError(f"share_group_config of {group!r}: {exc.args[0].str()}") from exc

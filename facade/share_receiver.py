@@ -1,9 +1,11 @@
 """ShareReceiver: a share group's receiver. It polls the share subscriber and runs the handler on
 up to ``concurrency`` records at once; each record is acknowledged on its own when its handler
 returns, so a slow record holds only itself (other members, and this one's other workers, go
-on). A failure is retried per ``Retry``; a record given up goes to the dead letter and is
-rejected, or without one is released: the group delivers it again (maybe to another member)
-until its ``share.delivery.count.limit``, then archives it.
+on). A failure is retried per ``Retry``; a record given up goes to the receiver's dead letter
+and is rejected, or without one is released: the group delivers it again (maybe to another
+member) until its ``share.delivery.count.limit``. Its last delivery, given up, goes to the
+subscriber's ``dead_letter`` stream when it has one (rejected, with why), else the group
+archives it.
 
 Kafka's explicit acknowledgement wants every record of a poll settled before the next poll, so
 the receiver polls again once the batch in hand is settled.
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, cast
 
+from bolide.facade._parts.share_group import GroupSettings
 from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError
@@ -46,6 +49,7 @@ class ShareHost(Protocol):
     config: SubscriberConfig
     grouped: bool
     group_id: str
+    group_settings: GroupSettings
 
     @property
     def closed(self) -> bool:
@@ -186,6 +190,13 @@ class ShareReceiver(Receiver):
         """The last attempt failed: dead letter and reject, or release without a dead letter."""
         host, target = self._share, self._dead_letter
         detail = f"{type(error).__name__}: {error}"
+        limit = host.group_settings.delivery_limit
+        if target is None and (record.delivery_count or 1) >= limit and host.config.dead_letter:
+            # The group would archive it unseen: the subscriber's dead letter gets it instead.
+            self._count("dead", 1)
+            why = f"delivery {record.delivery_count} of {limit} failed: {detail}"
+            self._settle(lambda r: host.reject(r, why), record)
+            return
         if target is None:
             self._count("failed", 1)
             log.warning("share receiver gave %r up: %s", record, detail)

@@ -28,7 +28,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.deadletter import REASON_HEADER, SOURCE_HEADER
+from bolide.facade.deadletter import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from bolide.facade.features import broker_features
 from tests.conftest import eventually
 
@@ -370,3 +370,33 @@ def test_share_group_settings_are_checked_before_any_connection() -> None:
         SubscriberConfig(stream=s, share_group="q", share_group_config={"session.timeout.ms": 1})
     with pytest.raises(ValueError, match="needs share_group"):
         SubscriberConfig(stream=s, share_group_config={"share.record.lock.duration.ms": 1000})
+
+
+def test_the_last_delivery_given_up_goes_to_the_subscriber_s_dead_letter(
+    share_cluster: Cluster,
+    stream: StreamConfig,
+    stream_factory: Callable[..., StreamConfig],
+    members: list[ShareSubscriber],
+) -> None:
+    dead = stream_factory("dead")
+    _publish(share_cluster, stream, 1)
+    settings = {"share.record.lock.duration.ms": LOCK_MS, "share.delivery.count.limit": 2}
+    config = SubscriberConfig(
+        stream=stream, share_group=f"g-{stream.name}", share_group_config=settings,
+        dead_letter=dead,
+    )  # fmt: skip
+    sub = _member(share_cluster, config, members)
+    assert sub.group_settings.delivery_limit == 2
+    deliveries: list[int | None] = []
+
+    def fail(record: Record) -> None:
+        deliveries.append(record.delivery_count)
+        raise RuntimeError("always")
+
+    receiver = sub.attach_receiver(fail)
+    eventually(lambda: receiver.metrics().dead_lettered == 1, timeout_s=30)
+    assert deliveries == [1, 2]  # released once, then the last delivery is dead-lettered
+    with _reader(share_cluster, dead) as reader:
+        [letter] = _poll_until_plain(reader, 1)
+    assert letter.header(REASON_HEADER) == b"rejected"
+    assert b"delivery 2 of 2 failed" in (letter.header(DETAIL_HEADER) or b"")

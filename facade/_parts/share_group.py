@@ -1,0 +1,73 @@
+"""A share group as the broker keeps it: whether the cluster has share groups at all, and the
+group's own settings (set when a member starts, read back for what the members need)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.errors import BrokerError
+from bolide.facade.features import broker_features
+from bolide.facade.kafka import admin_client
+
+__all__ = ["GroupSettings", "configure_group", "require_share_groups"]
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """What the members of a share group need to know of its settings."""
+
+    #: ``share.delivery.count.limit``: deliveries before the group archives a record.
+    delivery_limit: int
+    #: ``share.record.lock.duration.ms``: how long an acquired record stays with its member.
+    lock_duration_ms: int
+
+
+def require_share_groups(cluster: Cluster) -> None:
+    """Refuse a cluster without share groups (Tansu; Kafka before 4.1; ``share.version`` not
+    enabled), naming what is missing. A cluster behind TLS or SASL is not probed.
+
+    Raises:
+        BrokerError: Share groups are not available there.
+    """
+    features = broker_features(cluster)
+    missing = features.share_groups() if features is not None else None
+    if missing is not None:
+        raise BrokerError(f"share groups need Apache Kafka 4.1 or later: {missing}")
+
+
+def configure_group(cluster: Cluster, config: SubscriberConfig) -> GroupSettings:
+    """Set the share group's own settings on the broker (``share.auto.offset.reset`` from the
+    initial offset scheme, ``share.isolation.level`` from ``isolation``, then
+    ``share_group_config``) and read back what the members need.
+
+    Raises:
+        ValueError: The broker refused a setting.
+    """
+    group = str(config.share_group)
+    earliest = config.initial_offset_scheme is not InitialOffsetScheme.LATEST
+    settings = {
+        "share.auto.offset.reset": "earliest" if earliest else "latest",
+        "share.isolation.level": config.isolation,
+    }
+    settings.update({k: str(v) for k, v in config.share_group_config.items()})
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
+    ]
+    admin = admin_client(cluster)  # kept alive until the answers come
+    try:
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=30)
+        described = ConfigResource(ConfigResource.Type.GROUP, group)
+        [answer] = admin.describe_configs([described]).values()
+        values = {name: entry.value for name, entry in answer.result(timeout=30).items()}
+    except KafkaException as exc:
+        raise ValueError(f"share_group_config of {group!r}: {exc.args[0].str()}") from exc
+    return GroupSettings(
+        delivery_limit=int(values.get("share.delivery.count.limit") or 5),
+        lock_duration_ms=int(values.get("share.record.lock.duration.ms") or 30_000),
+    )
