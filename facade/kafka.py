@@ -199,6 +199,9 @@ _LEADER_MOVING = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
+        # The handle of a broker that left the cluster's metadata (a node killed) is destroyed,
+        # failing what was in flight to it: asked again, the new leader answers.
+        KafkaError._DESTROY_BROKER,
     }
 )
 

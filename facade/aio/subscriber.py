@@ -68,6 +68,11 @@ class AsyncSubscriber:
                 "AsyncSubscriber reads one stream: give stream=, or read several streams with "
                 "one AsyncSubscriber each"
             )
+        if config.share_group is not None:
+            raise ValueError(
+                "AsyncSubscriber does not read share groups: use ShareSubscriber (its receiver "
+                "runs async def handlers)"
+            )
         self.stream = config.stream
         self.topic = config.stream.name
         self.grouped = config.grouped

@@ -400,3 +400,11 @@ def test_the_last_delivery_given_up_goes_to_the_subscriber_s_dead_letter(
         [letter] = _poll_until_plain(reader, 1)
     assert letter.header(REASON_HEADER) == b"rejected"
     assert b"delivery 2 of 2 failed" in (letter.header(DETAIL_HEADER) or b"")
+
+
+def test_the_asyncio_subscriber_refuses_a_share_group() -> None:
+    from bolide.facade.aio import AsyncSubscriber
+
+    config = SubscriberConfig(stream=StreamConfig(name="orders"), share_group="q")
+    with pytest.raises(ValueError, match="share groups"):
+        AsyncSubscriber(Cluster("127.0.0.1:9"), config)
