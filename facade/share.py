@@ -16,7 +16,7 @@ acknowledgement); ``confirm()`` acks every one not settled yet.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import threading
 import time
 from collections import deque
@@ -54,8 +54,6 @@ from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 __all__ = ["ShareSubscriber"]
-
-log = logging.getLogger(__name__)
 
 _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
@@ -97,8 +95,12 @@ class ShareSubscriber(Subscriber):
         self.group_settings = configure_group(cluster, config)
         self._decoder = Decoder(cluster, config) if config.serde is not None else None
         self._share = new_client(ShareConsumer, self._settings(), "consumer_config")
-        self._share.set_acknowledgement_commit_callback(self._on_acknowledged)
-        self._share.subscribe([self.topic])
+        try:
+            self._share.set_acknowledgement_commit_callback(self._on_acknowledged)
+            self._share.subscribe([self.topic])
+        except BaseException:
+            self._share.close()
+            raise
         if TELEMETRY is not None:
             TELEMETRY.watch(self)
 
@@ -174,6 +176,9 @@ class ShareSubscriber(Subscriber):
                 failure = self._decoder.decode(record)
                 if failure is not None:
                     if self.config.dead_letter is None:
+                        for taken in reversed(out):  # returned by the next poll instead
+                            del self._held[_key(taken)]
+                            self._queue.appendleft(taken)
                         self._settle(key, AcknowledgeType.RELEASE)
                         raise failure
                     self._decoder.dead_letter(record, failure)
@@ -422,7 +427,8 @@ class ShareSubscriber(Subscriber):
                 for record in [*self._held.values(), *self._queue]:
                     key = _key(record)
                     self._held[key] = record
-                    self._settle(key, AcknowledgeType.RELEASE, commit=False)
+                    with contextlib.suppress(IllegalSubscriberStateError):  # its lock expired
+                        self._settle(key, AcknowledgeType.RELEASE, commit=False)
                 self._queue.clear()
             finally:
                 try:

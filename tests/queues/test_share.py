@@ -408,3 +408,39 @@ def test_the_asyncio_subscriber_refuses_a_share_group() -> None:
     config = SubscriberConfig(stream=StreamConfig(name="orders"), share_group="q")
     with pytest.raises(ValueError, match="share groups"):
         AsyncSubscriber(Cluster("127.0.0.1:9"), config)
+
+
+class _Upper:
+    """A serde that upper-cases values and cannot decode ``b"bad"``."""
+
+    def decode(self, data: bytes, **where: object) -> bytes:
+        if data == b"bad":
+            raise ValueError("not decodable")
+        return data.upper()
+
+
+def test_undecodable_records_are_dead_lettered_and_rejected(
+    share_cluster: Cluster,
+    stream: StreamConfig,
+    stream_factory: Callable[..., StreamConfig],
+    members: list[ShareSubscriber],
+) -> None:
+    dead = stream_factory("dead")
+    with Publisher(share_cluster, PublisherConfig(stream=stream)) as pub:
+        for value in (b"ok1", b"bad", b"ok2"):
+            pub.publish(Record(value))
+    config = _config(stream, f"g-{stream.name}", serde=_Upper(), dead_letter=dead)
+    sub = _member(share_cluster, config, members)
+    values: list[object] = []
+
+    def two() -> bool:
+        for record in sub.poll(100):
+            values.append(record.value)
+            sub.ack(record)
+        return len(values) == 2
+
+    eventually(two, timeout_s=30)
+    assert sorted(values) == [b"OK1", b"OK2"]  # type: ignore[type-var]
+    with _reader(share_cluster, dead) as reader:
+        [letter] = _poll_until_plain(reader, 1)
+    assert letter.data == b"bad" and letter.header(REASON_HEADER) == b"undecodable"
