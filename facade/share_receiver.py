@@ -120,15 +120,6 @@ class ShareReceiver(Receiver):
         name = f"bolide-share-receiver-{host.stream.name}"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> None:
-        """Start polling."""
-        self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        """True while the polling thread is alive."""
-        return self._thread.is_alive()
-
     def _run(self) -> None:
         host = self._share
         name = f"bolide-share-worker-{host.stream.name}"

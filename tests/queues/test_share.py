@@ -117,12 +117,14 @@ def test_three_members_on_one_partition_share_the_work_each_record_once(
     assert {count for records in got.values() for _, count in records} == {1}
 
 
-def _poll_until(sub: ShareSubscriber, want: Callable[[list[Record]], bool]) -> list[Record]:
+def _poll_until(sub: Subscriber, count: int) -> list[Record]:
+    """Poll until ``count`` records came (settling none: a share subscriber's come in one
+    poll here, as few are waiting)."""
     seen: list[Record] = []
 
     def more() -> bool:
         seen.extend(sub.poll(100))
-        return want(seen)
+        return len(seen) >= count
 
     eventually(more, timeout_s=30)
     return seen
@@ -133,10 +135,10 @@ def test_release_redelivers_at_once_with_a_higher_delivery_count(
 ) -> None:
     _publish(share_cluster, stream, 1)
     sub = _member(share_cluster, _config(stream, f"g-{stream.name}"), members)
-    [first] = _poll_until(sub, lambda seen: len(seen) >= 1)
+    [first] = _poll_until(sub, 1)
     assert first.delivery_count == 1 and first.data == b"r0"
     sub.release(first)
-    [again] = _poll_until(sub, lambda seen: len(seen) >= 1)
+    [again] = _poll_until(sub, 1)
     assert (again.offset, again.data, again.delivery_count) == (first.offset, b"r0", 2)
     sub.ack(again)
     sub.confirm()
@@ -170,7 +172,7 @@ def test_reject_never_redelivers_and_goes_to_the_dead_letter_stream(
         SubscriberConfig(stream=dead, initial_offset_scheme=InitialOffsetScheme.EARLIEST),
     )
     with reader:
-        [letter] = _poll_until_plain(reader, 1)
+        [letter] = _poll_until(reader, 1)
     rejected = next(r for r in records if r.data == b"r0")
     assert letter.data == b"r0"
     assert letter.header(REASON_HEADER) == b"rejected"
@@ -182,23 +184,12 @@ def _reader(cluster: Cluster, stream: StreamConfig) -> Subscriber:
     return Subscriber(cluster, SubscriberConfig(stream=stream, initial_offset_scheme=earliest))
 
 
-def _poll_until_plain(sub: Subscriber, count: int) -> list[Record]:
-    seen: list[Record] = []
-
-    def more() -> bool:
-        seen.extend(sub.poll(100))
-        return len(seen) >= count
-
-    eventually(more, timeout_s=30)
-    return seen
-
-
 def test_settling_rules(
     share_cluster: Cluster, stream: StreamConfig, members: list[ShareSubscriber]
 ) -> None:
     _publish(share_cluster, stream, 3)
     sub = _member(share_cluster, _config(stream, f"g-{stream.name}"), members)
-    records = _poll_until(sub, lambda seen: len(seen) >= 1)
+    records = _poll_until(sub, 1)
     with pytest.raises(IllegalSubscriberStateError, match="not settled"):
         sub.poll(10)
     stranger = Record(b"x")
@@ -326,7 +317,7 @@ def test_the_receiver_retries_then_dead_letters_and_rejects(
         share_cluster,
         SubscriberConfig(stream=dead, initial_offset_scheme=InitialOffsetScheme.EARLIEST),
     ) as reader:
-        [letter] = _poll_until_plain(reader, 1)
+        [letter] = _poll_until(reader, 1)
     assert letter.data == b"r1" and letter.header(REASON_HEADER) == b"failed"
 
 
@@ -397,7 +388,7 @@ def test_the_last_delivery_given_up_goes_to_the_subscriber_s_dead_letter(
     eventually(lambda: receiver.metrics().dead_lettered == 1, timeout_s=30)
     assert deliveries == [1, 2]  # released once, then the last delivery is dead-lettered
     with _reader(share_cluster, dead) as reader:
-        [letter] = _poll_until_plain(reader, 1)
+        [letter] = _poll_until(reader, 1)
     assert letter.header(REASON_HEADER) == b"rejected"
     assert b"delivery 2 of 2 failed" in (letter.header(DETAIL_HEADER) or b"")
 
@@ -442,5 +433,5 @@ def test_undecodable_records_are_dead_lettered_and_rejected(
     eventually(two, timeout_s=30)
     assert sorted(values) == [b"OK1", b"OK2"]  # type: ignore[type-var]
     with _reader(share_cluster, dead) as reader:
-        [letter] = _poll_until_plain(reader, 1)
+        [letter] = _poll_until(reader, 1)
     assert letter.data == b"bad" and letter.header(REASON_HEADER) == b"undecodable"
