@@ -103,7 +103,7 @@ def share_group_rate(cluster: Cluster, stream: StreamConfig, members: int, count
                     sub.release(record)
                     continue
                 clock.handle(record)
-                sub.ack(record)  # the last of a poll sends the acknowledgements
+                sub.ack(record)  # sent with the next poll
 
     threads = [threading.Thread(target=work, args=(sub,)) for sub in subs]
     try:

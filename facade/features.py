@@ -10,14 +10,14 @@ connection to a bootstrap server. Clusters reached over TLS or SASL are not prob
 from __future__ import annotations
 
 import logging
-import socket
 import struct
 from dataclasses import dataclass, field
 
+from bolide.facade._internal.wire import Reader, Wire, string
 from bolide.facade.cluster import Cluster
 from bolide.facade.errors import BrokerError
 
-__all__ = ["SHARE_GROUP_APIS", "BrokerFeatures", "broker_features"]
+__all__ = ["SHARE_GROUP_APIS", "BrokerFeatures", "bootstrap_wire", "broker_features"]
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,9 @@ class BrokerFeatures:
         return None
 
 
-def broker_features(cluster: Cluster, timeout_s: float = 10.0) -> BrokerFeatures | None:
-    """Ask the first reachable bootstrap server; ``None`` when the cluster is reached over
-    TLS or SASL (not probed here).
+def bootstrap_wire(cluster: Cluster, timeout_s: float = 10.0) -> Wire | None:
+    """A connection to the first bootstrap server that answers; ``None`` when the cluster
+    is reached over TLS or SASL (not spoken to directly).
 
     Raises:
         BrokerError: No bootstrap server answered.
@@ -65,89 +65,30 @@ def broker_features(cluster: Cluster, timeout_s: float = 10.0) -> BrokerFeatures
     for server in cluster.bootstrap_servers.split(","):
         host, _, port = server.strip().rpartition(":")
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout_s) as sock:
-                sock.settimeout(timeout_s)
-                return _parse(_exchange(sock))
-        except (OSError, ValueError, struct.error) as exc:
+            return Wire(host, int(port), timeout_s)
+        except (OSError, ValueError) as exc:
             errors.append(f"{server}: {exc}")
-    raise BrokerError(f"no bootstrap server answered ApiVersions: {'; '.join(errors)}")
+    raise BrokerError(f"no bootstrap server answered: {'; '.join(errors)}")
 
 
-def _exchange(sock: socket.socket) -> bytes:
-    """Send ApiVersions v3 (request header v2) and return the response body."""
-    client = b"bolide"
-    header = struct.pack(">hhih", _API_VERSIONS, 3, 1, len(client)) + client + b"\x00"
-    body = _compact(b"bolide") + _compact(b"1") + b"\x00"
-    request = header + body
-    sock.sendall(struct.pack(">i", len(request)) + request)
-    size = struct.unpack(">i", _read(sock, 4))[0]
-    payload = _read(sock, size)
-    return payload[4:]  # the correlation id (ApiVersions answers with response header v0)
+def broker_features(cluster: Cluster, timeout_s: float = 10.0) -> BrokerFeatures | None:
+    """Ask a bootstrap server (ApiVersions v3); ``None`` when the cluster is reached over TLS
+    or SASL (not probed here).
+
+    Raises:
+        BrokerError: No bootstrap server answered.
+    """
+    wire = bootstrap_wire(cluster, timeout_s)
+    if wire is None:
+        return None
+    try:
+        with wire:
+            return _parse(wire.call(_API_VERSIONS, 3, string("bolide") + string("1") + b"\x00"))
+    except (OSError, ValueError, struct.error) as exc:
+        raise BrokerError(f"ApiVersions failed: {exc}") from exc
 
 
-def _read(sock: socket.socket, count: int) -> bytes:
-    out = bytearray()
-    while len(out) < count:
-        chunk = sock.recv(count - len(out))
-        if not chunk:
-            raise ValueError("the broker closed the connection")
-        out += chunk
-    return bytes(out)
-
-
-def _compact(text: bytes) -> bytes:
-    return _uvarint(len(text) + 1) + text
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class _Reader:
-    """Kafka's wire types, read from one response body."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.at = 0
-
-    def fixed(self, fmt: str) -> int:
-        size = struct.calcsize(fmt)
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += size
-        return int(value)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.data[self.at]
-            self.at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str:
-        size = self.uvarint() - 1
-        text = self.data[self.at : self.at + size].decode()
-        self.at += size
-        return text
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag, size = self.uvarint(), self.uvarint()
-            out[tag] = self.data[self.at : self.at + size]
-            self.at += size
-        return out
-
-
-def _parse(body: bytes) -> BrokerFeatures:
-    reader = _Reader(body)
+def _parse(reader: Reader) -> BrokerFeatures:
     error = reader.fixed(">h")
     if error:  # UNSUPPORTED_VERSION from a broker older than ApiVersions v3: no share groups
         log.debug("ApiVersions v3 refused (error %d)", error)
@@ -161,9 +102,9 @@ def _parse(body: bytes) -> BrokerFeatures:
     finalized: dict[str, int] = {}
     raw = reader.tags().get(_TAG_FINALIZED_FEATURES)
     if raw is not None:
-        features = _Reader(raw)
+        features = Reader(raw)
         for _ in range(features.uvarint() - 1):
-            name = features.string()
+            name = features.string() or ""
             finalized[name] = features.fixed(">h")
             features.fixed(">h")  # min level
             features.tags()

@@ -235,7 +235,7 @@ class ShareSubscriber(Subscriber):
         with self._share_lock:
             self._check_open()
             for key in list(self._held):
-                self._settle(key, AcknowledgeType.ACCEPT, commit=False)
+                self._settle(key, AcknowledgeType.ACCEPT)
             self._commit_sync()
 
     def _check_held(self, record: Record) -> _Key:
@@ -254,9 +254,10 @@ class ShareSubscriber(Subscriber):
             self._check_open()
             self._settle(self._check_held(record), kind)
 
-    def _settle(self, key: _Key, kind: AcknowledgeType, *, commit: bool = True) -> None:
-        """Acknowledge one held record (under the lock); once a poll's records are all
-        settled, send the acknowledgements (a release is then delivered again at once)."""
+    def _settle(self, key: _Key, kind: AcknowledgeType) -> None:
+        """Acknowledge one held record (under the lock). The acknowledgements go to the
+        broker with the next poll (which asks for the next records in the same request),
+        with ``confirm()``, or on ``close()``."""
         stream, partition, offset = key
         try:
             self._share.acknowledge_offset(stream, partition, offset, kind)
@@ -268,8 +269,6 @@ class ShareSubscriber(Subscriber):
                 stream=stream,
             ) from exc
         del self._held[key]
-        if commit and not self._held and not self._queue:
-            self._share.commit_async()
 
     def _commit_sync(self) -> None:
         try:
@@ -428,7 +427,7 @@ class ShareSubscriber(Subscriber):
                     key = _key(record)
                     self._held[key] = record
                     with contextlib.suppress(IllegalSubscriberStateError):  # its lock expired
-                        self._settle(key, AcknowledgeType.RELEASE, commit=False)
+                        self._settle(key, AcknowledgeType.RELEASE)
                 self._queue.clear()
             finally:
                 try:

@@ -176,7 +176,7 @@ def _cell(value: Any) -> Any:
 
 
 def render_lag(report: LagReport) -> str:
-    """The text tables of a lag report (groups, archive, durable clients)."""
+    """The text tables of a lag report (groups, archive, durable clients, share groups)."""
     parts = []
     if report.partitions:
         rows: list[tuple[Any, ...]] = [
@@ -215,6 +215,12 @@ def render_lag(report: LagReport) -> str:
             for d in report.durable
         ]
         columns = ("DURABLE", "GROUP", "STATE", "AWAY", "TIMEOUT", "BACKLOG")
+        parts.append(table(columns, rows))
+    if report.share:
+        rows = [
+            (q.group, q.stream, q.partition, q.start, q.log_end, q.backlog) for q in report.share
+        ]
+        columns = ("SHARE-GROUP", "STREAM", "PARTITION", "START", "LOG-END", "BACKLOG")
         parts.append(table(columns, rows))
     return "\n\n".join(parts) if parts else "no lag to report (no group reads these streams)"
 

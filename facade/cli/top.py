@@ -149,11 +149,13 @@ def render(
     report: LagReport, speed: Rates | None, *, title: str = "bolide top", width: int = 120
 ) -> Group:
     """One screen of ``bolide top``, ``width`` columns wide: streams, group lags, archive,
-    durable clients. Numbers are never cut; names are, with an ellipsis, on a narrow screen."""
+    durable clients, share groups. Numbers are never cut; names are, with an ellipsis, on a
+    narrow screen."""
     bar = _BAR_WIDTH if width >= 110 else _NARROW_BAR_WIDTH
     when = datetime.fromtimestamp(report.taken_ms / 1000).strftime("%H:%M:%S")
     parts: list[Any] = [Text(f"{title} - {when}", style="bold"), _streams(report, speed, width)]
-    top = max([r.lag for r in report.partitions] + [a.lag for a in report.archive], default=0)
+    lags = [r.lag for r in report.partitions] + [a.lag for a in report.archive]
+    top = max(lags + [q.backlog for q in report.share], default=0)
     parts.append(_lags(report, speed, width, top, bar))
     if report.archive:
         parts.append(_archive(report, speed, width, top, bar))
@@ -163,6 +165,14 @@ def render(
         ]
         columns = [("CLIENT", "text"), ("STATE", "text"), ("AWAY", "number")]
         parts.append(_table("durable clients", [*columns, ("BACKLOG", "number")], rows, width))
+    if report.share:
+        queues: list[list[Any]] = [
+            [q.group, q.stream, str(q.partition), f"{q.backlog:,}", _bar(q.backlog, top, bar)]
+            for q in report.share
+        ]
+        shared = [("SHARE GROUP", "text"), ("STREAM", "text"), ("P", "number")]
+        shared += [("BACKLOG", "number"), ("", "bar")]
+        parts.append(_table("share groups", shared, queues, width))
     return Group(*parts)
 
 

@@ -1,4 +1,5 @@
-"""Consumer lag, archive lag and durable backlogs: what ``bolide lag`` and ``bolide top`` show.
+"""Consumer lag, archive lag, durable and share-group backlogs: what ``bolide lag`` and
+``bolide top`` show.
 
 Lag is Kafka's: a group's committed offset (the next record it reads) against the partition's
 true end (``kafka.log_ends``, not a possibly stale high watermark). A group that committed
@@ -20,6 +21,7 @@ from bolide.facade.health import partition_lag
 from bolide.facade.kafka import log_ends, log_starts, probe_consumer
 from bolide.facade.ops.durables import client_backlog
 from bolide.facade.ops.inventory import GroupInfo, describe_groups, list_groups, partition_counts
+from bolide.facade.ops.shares import ShareLag, share_lags
 from bolide.facade.ports import DurableClient, HistoryStore, now_ms
 
 __all__ = [
@@ -121,6 +123,8 @@ class LagReport:
         groups: The groups described (state, members).
         archive: Archive lags, sorted by stream, partition.
         durable: Durable clients, sorted by id.
+        share: Share groups' backlogs (``bolide.facade.ops.shares``), sorted by group,
+            stream, partition.
         ends: Log end per ``(stream, partition)`` of every stream measured.
         taken_at: ``time.monotonic()`` when the snapshot was taken (for rates).
         taken_ms: Epoch milliseconds when it was taken.
@@ -130,6 +134,7 @@ class LagReport:
     groups: tuple[GroupInfo, ...] = ()
     archive: tuple[ArchiveLag, ...] = ()
     durable: tuple[DurableBacklog, ...] = ()
+    share: tuple[ShareLag, ...] = ()
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     taken_at: float = 0.0
     taken_ms: int = 0
@@ -138,7 +143,7 @@ class LagReport:
     def max_lag(self) -> int:
         """The largest lag of any group partition, archive partition or durable client."""
         lags = [p.lag for p in self.partitions] + [a.lag for a in self.archive]
-        lags += [d.total for d in self.durable]
+        lags += [d.total for d in self.durable] + [q.backlog for q in self.share]
         return max(lags, default=0)
 
     def over(self, limit: int) -> list[str]:
@@ -157,6 +162,11 @@ class LagReport:
             f"durable client {d.durable_id} ({d.state}): backlog {d.total}"
             for d in self.durable
             if d.total > limit
+        ]
+        out += [
+            f"share group {q.group} on {q.stream}[{q.partition}]: backlog {q.backlog}"
+            for q in self.share
+            if q.backlog > limit
         ]
         return out
 
@@ -206,7 +216,12 @@ class LagReport:
                 }
                 for d in self.durable
             ],
-        }
+            "share": [
+                {"group": q.group, "stream": q.stream, "partition": q.partition,
+                 "start": q.start, "log_end": q.log_end, "backlog": q.backlog}
+                for q in self.share
+            ],
+        }  # fmt: skip
 
 
 def durable_backlogs(
@@ -280,15 +295,15 @@ def lag_report(
     archive = []
     if store is not None:
         archive = _archive_rows(store, sorted(to_archive & measured), *bounds[1:])
-    durable = durable_backlogs(cluster, durable_clients, at_ms=taken_ms)
     return LagReport(
-        partitions=tuple(rows),
-        groups=tuple(described),
-        archive=tuple(archive),
-        durable=tuple(durable),
-        ends=ends,
-        taken_at=taken_at,
-        taken_ms=taken_ms,
+        tuple(rows),
+        tuple(described),
+        tuple(archive),
+        tuple(durable_backlogs(cluster, durable_clients, at_ms=taken_ms)),
+        tuple(share_lags(cluster, groups, wanted)),
+        ends,
+        taken_at,
+        taken_ms,
     )
 
 
