@@ -148,20 +148,6 @@ def assemble(
         host = SessionHost(consumer, topic, assigned, positions, pending, report, lock)
         durable = DurableSession(host, cluster, config, partitions)
     hooks = ReceiverHooks()
-    lease = Lease(
-        config,
-        consumer,
-        topic,
-        group_id,
-        assigned=assigned,
-        positions=positions,
-        confirms=confirms,
-        hooks=hooks,
-        durable=durable,
-        report=report,
-        lock=lock,
-        closed=closed,
-    )
     fetcher = Fetcher(
         cluster,
         config,
@@ -170,8 +156,22 @@ def assemble(
         positions=positions,
         durable=durable,
         report=report,
-        lease_expired=lease.expired,
+        lease_expired=lambda: lease.expired(),  # the lease, built next, drops what is lost
         pending=pending,
     )
-    lease.serve(fetcher)
+    lease = Lease(
+        config,
+        consumer,
+        topic,
+        group_id,
+        assigned=assigned,
+        positions=positions,
+        confirms=confirms,
+        fetcher=fetcher,
+        hooks=hooks,
+        durable=durable,
+        report=report,
+        lock=lock,
+        closed=closed,
+    )
     return Parts(consumer, assigned, positions, confirms, pending, durable, fetcher, lease, hooks)

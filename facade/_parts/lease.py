@@ -44,6 +44,7 @@ class Lease:
         assigned: The partitions held (updated in place; the subscriber's parts share it).
         positions: Where each partition reads; its holds and history cursors.
         confirms: The subscriber's confirms (committed on revocation by the hooks).
+        fetcher: The subscriber's fetcher: what it holds of a partition that moves away goes.
         hooks: A running parallel receiver's revoke listener.
         durable: A durable client's session, else ``None``.
         report: The subscriber's error handler.
@@ -61,6 +62,7 @@ class Lease:
         assigned: set[int],
         positions: Positions,
         confirms: Confirms,
+        fetcher: Fetcher,
         hooks: ReceiverHooks,
         durable: DurableSession | None,
         report: Report,
@@ -79,13 +81,9 @@ class Lease:
         self._report = report
         self._lock = lock
         self._closed = closed
-        self._fetcher: Fetcher | None = None
+        self._fetcher = fetcher
         #: Rebalance callbacks served (see ``leave``); a first one means the group answered.
         self.rebalances = 0
-
-    def serve(self, fetcher: Fetcher) -> None:
-        """Let the lease drop what ``fetcher`` holds of partitions that move away."""
-        self._fetcher = fetcher
 
     def subscribe(self) -> None:
         """Join the group (again), with this lease's rebalance callbacks."""
@@ -100,7 +98,7 @@ class Lease:
         """Give the partitions up (revoked while still owned) and leave the group; the
         consumer is still served but reads nothing until ``reactivate``."""
         fetcher = self._fetcher
-        if fetcher is None or fetcher.deactivated:
+        if fetcher.deactivated:
             return
         self.lose(sorted(self._assigned), lost=False)  # on_revoke while still owned
         fetcher.deactivated = True
@@ -110,7 +108,7 @@ class Lease:
     def reactivate(self) -> None:
         """Join the group again after ``deactivate``."""
         fetcher = self._fetcher
-        if fetcher is None or not fetcher.deactivated:
+        if not fetcher.deactivated:
             return
         fetcher.deactivated = False
         self.subscribe()
@@ -168,13 +166,10 @@ class Lease:
         self._positions.holds.drop(parts)  # Kafka forgets a moved partition's pause too
         for p in parts:
             self._positions.history.close(p)
-        fetcher = self._fetcher
-        if fetcher is not None:
-            fetcher.drop(parts)
+        self._fetcher.drop(parts)
         # A revocation in a rebalance is routine (the lease may come straight back); only a
         # lost session is reported here. A confirm without the lease is reported by confirm().
-        deactivated = fetcher is not None and fetcher.deactivated
-        if lost and held and not deactivated and not self._closed():
+        if lost and held and not self._fetcher.deactivated and not self._closed():
             self._report(
                 f"lease lost on {self._topic}{sorted(held)}",
                 NotAssignedError("lease lost", stream=self._topic),
