@@ -300,7 +300,7 @@ def lag_report(
         tuple(described),
         tuple(archive),
         tuple(durable_backlogs(cluster, durable_clients, at_ms=taken_ms)),
-        tuple(share_lags(cluster, groups, wanted)),
+        tuple(share_lags(cluster, groups, wanted, counts=counts, ends=ends)),
         ends,
         taken_at,
         taken_ms,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from bolide.facade._internal.wire import Reader, Wire, array, i8, nullable_array, string
@@ -151,10 +151,16 @@ def _described_group(reader: Reader) -> dict[tuple[str, int], int]:
 
 
 def share_lags(
-    cluster: Cluster, groups: Iterable[str] | None = None, streams: Iterable[str] | None = None
+    cluster: Cluster,
+    groups: Iterable[str] | None = None,
+    streams: Iterable[str] | None = None,
+    *,
+    counts: Mapping[str, int] | None = None,
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> list[ShareLag]:
     """The backlog of share groups (all, or ``groups``) on their partitions (of ``streams``
-    when given), sorted by group, stream, partition.
+    when given), sorted by group, stream, partition. ``counts`` (partitions per topic) and
+    ``ends`` (log ends already measured, as ``lag_report`` has them) spare asking again.
 
     Raises:
         BrokerError: The cluster did not answer.
@@ -164,14 +170,18 @@ def share_lags(
     if groups is not None:
         named = [g for g in named if g in set(groups)]
     rows: list[ShareLag] = []
-    ends: dict[str, dict[int, int]] = {}
-    counts = partition_counts(cluster) if named else {}
+    known: dict[tuple[str, int], int] = dict(ends or {})
+    measured: set[str] = set()
     for group in named:
         for (stream, partition), start in sorted(share_group_starts(cluster, group).items()):
             if wanted is not None and stream not in wanted:
                 continue
-            if stream not in ends:
-                ends[stream] = log_ends(cluster, stream, range(counts.get(stream, 0)))
-            end = ends[stream].get(partition, start)
+            if (stream, partition) not in known and stream not in measured:
+                measured.add(stream)
+                if counts is None:
+                    counts = partition_counts(cluster)
+                parts = range(counts.get(stream, 0))
+                known.update(((stream, p), e) for p, e in log_ends(cluster, stream, parts).items())
+            end = known.get((stream, partition), start)
             rows.append(ShareLag(group, stream, partition, start, end, max(0, end - start)))
     return rows
