@@ -89,6 +89,7 @@ class ShareSubscriber(Subscriber):
         self._held: dict[_Key, Record] = {}  # returned by poll, not yet settled
         self._last_poll_ms: int | None = None
         self._letters: Publisher | None = None  # the dead letter stream's, made on first use
+        self._letters_lock = threading.Lock()  # not the share lock: _take holds that one
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
         #: The group's delivery limit and record lock, as the broker has them.
@@ -181,7 +182,7 @@ class ShareSubscriber(Subscriber):
                             self._queue.appendleft(taken)
                         self._settle(key, AcknowledgeType.RELEASE)
                         raise failure
-                    self._decoder.dead_letter(record, failure)
+                    self._dead_letter(record, Reason.UNDECODABLE, str(failure))
                     self._settle(key, AcknowledgeType.REJECT)
                     continue
             out.append(record)
@@ -281,7 +282,9 @@ class ShareSubscriber(Subscriber):
             self._report(f"acknowledging records of {self.topic} failed", error)
 
     def _dead_letter(self, record: Record, reason: Reason, detail: str) -> None:
-        with self._share_lock:
+        """Publish ``record``'s dead letter (undecodable or rejected records alike) to the
+        ``dead_letter`` stream, through one publisher made on first use."""
+        with self._letters_lock:
             if self._letters is None:
                 assert self.config.dead_letter is not None
                 config = PublisherConfig(stream=self.config.dead_letter)
