@@ -101,6 +101,11 @@ def durable(
     session's cluster unless another is given, of the API under test when the test takes
     ``api``; closed at teardown."""
     api = request.getfixturevalue("api") if "api" in request.fixturenames else SYNC
+    # Registries the test takes are set up first so that they are torn down last: a
+    # subscriber's heartbeat and close must never reconnect a registry already closed.
+    for name in ("registry", "sqlite_registry"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
     opened: list[Subscriber] = []
     session_cluster = cluster
 
@@ -124,8 +129,5 @@ def durable(
     yield make
     for sub in opened:
         sub.close()
-        # Closing may reconnect after the registry fixture disposed its engine: dispose again.
-        if isinstance(sub.config.durable_registry, SqlDurableRegistry):
-            sub.config.durable_registry.store.engine.dispose()
         if sub.stream.store is not None:
             sub.stream.store.close()  # type: ignore[attr-defined]
