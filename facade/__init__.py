@@ -49,7 +49,7 @@ from bolide.facade.receiver import Receiver, ReceiverMetrics
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
 from bolide.facade.resequencer.sequence import sequence_headers
-from bolide.facade.retry import Retry
+from bolide.facade.retry import Retry, RetryTier
 from bolide.facade.share import ShareSubscriber  # registers itself with Subscriber
 from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.streams import StreamsSubscriber  # registers itself with Subscriber
@@ -91,6 +91,7 @@ __all__ = [
     "ResequencerFullError",
     "ResequencerMetrics",
     "Retry",
+    "RetryTier",
     "SchemaIncompatibleError",
     "SchemaNotFoundError",
     "SchemaOutOfDateError",

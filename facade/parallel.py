@@ -20,7 +20,6 @@ the rest is abandoned: never confirmed, read again by the next owner.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import threading
@@ -30,6 +29,7 @@ from typing import Literal, TypeAlias, TypedDict, cast
 from bolide.facade._parts.feed import Feed
 from bolide.facade._parts.lanes import NO_LANE, Board, LaneOf
 from bolide.facade._parts.outcomes import Runner
+from bolide.facade._parts.tiers import Tiers
 from bolide.facade._parts.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.deadletter import DeadLetterTarget
 from bolide.facade.errors import (
@@ -43,6 +43,7 @@ from bolide.facade.receiver import (
     ReceiverHost,
     ReceiverMetrics,
     RecordHandler,
+    is_async_handler,
 )
 from bolide.facade.record import RecordBatch
 from bolide.facade.resequencer.core import Resequencer
@@ -136,7 +137,7 @@ def new_receiver(
     """
     _check(concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer)
     simple = retry is None and dead_letter is None and resequencer is None
-    if concurrency == 1 and simple and not _is_async(handler):
+    if concurrency == 1 and simple and not is_async_handler(handler):
         return Receiver(host, cast(RecordHandler, handler), poll_timeout_ms)
     return ParallelReceiver(
         host,
@@ -152,16 +153,10 @@ def new_receiver(
     )
 
 
-def _check(
-    concurrency: object,
-    ordering: object,
-    retry: object,
-    dead_letter: object,
-    auto_confirm: object,
-    max_in_flight: object,
-    resequencer: object,
-) -> None:
-    """Refuse bad receiver options, whichever receiver they are for."""
+def _check(*options: object) -> None:
+    """Refuse bad receiver options (``ReceiverOptions``' order), whichever receiver they are
+    for."""
+    concurrency, ordering, retry, dead_letter, auto_confirm, max_in_flight, resequencer = options
     check_int("concurrency", concurrency, minimum=1, maximum=4_096)
     if ordering not in _ORDERINGS:
         raise ValueError(f"ordering must be 'key', 'partition' or 'unordered', not {ordering!r}")
@@ -176,11 +171,6 @@ def _check(
     check_int("max_in_flight", max_in_flight, minimum=1)
     if resequencer is not None and not isinstance(resequencer, Resequencer):
         raise TypeError("resequencer must be a Resequencer or None")
-
-
-def _is_async(handler: object) -> bool:
-    call = getattr(handler, "__call__", None)  # noqa: B004 (async __call__ of an object)
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 class ParallelReceiver(Receiver):
@@ -217,11 +207,13 @@ class ParallelReceiver(Receiver):
         self._revoke_wait_s = host.config.lease_timeout_ms / 2000
         self._deadline = math.inf  # of close: in-flight work left after it is abandoned
         self._paused = False
-        self._inline = resequencer is None and not _is_async(handler)
         self._board = Board(_ORDERINGS[ordering])
+        lane_of, call = _ORDERINGS[ordering], self._handler
+        self._tiers = Tiers.of(host, retry, lane_of, (handler, call), dead_letter, concurrency)
+        self._inline = resequencer is None and not is_async_handler(handler) and self._tiers is None
         self._feed = Feed(self._board, resequencer)
         run: RecordHandler | AsyncRecordHandler = self._handler  # with the process span
-        if _is_async(handler):
+        if is_async_handler(handler):
             run = handler
             if TELEMETRY is not None:
                 run = TELEMETRY.async_handler(host, cast(AsyncRecordHandler, handler))
@@ -233,10 +225,11 @@ class ParallelReceiver(Receiver):
             host.topic,
             host.report,
             cost=10 * _INLINE_BELOW_S,  # until calls are measured: hand records to workers
+            tiers=self._tiers,
         )
         name = f"bolide-worker-{host.stream.name}"
         self._workers: ThreadWorkers | AsyncWorkers
-        if _is_async(handler):
+        if is_async_handler(handler):
             self._workers = AsyncWorkers(self._board, self._runner.work_async, concurrency, name)
         else:
             self._workers = ThreadWorkers(self._board, self._runner.work, concurrency, name)
@@ -244,6 +237,8 @@ class ParallelReceiver(Receiver):
     def start(self) -> None:
         """Start the workers and the fetch thread."""
         self._host.take_over(self._on_revoke, self._limit)
+        if self._tiers is not None:
+            self._tiers.start()
         self._workers.start()
         super().start()
 
@@ -285,6 +280,8 @@ class ParallelReceiver(Receiver):
                 sub.report("receiver poll failed", exc)
                 self._stop.wait(max(self._poll_timeout_ms / 1000, _STOP_CHECK_S))
                 continue
+            if self._tiers is not None:  # a partition's parked keys are known before its records
+                self._tiers.load(set(sub.assigned()), self._serve)
             if not batch:
                 continue
             if self._inline and self._runner.cost < _INLINE_BELOW_S and not board.in_flight:
@@ -372,6 +369,8 @@ class ParallelReceiver(Receiver):
             self._host.release_fetching()
         finally:
             board.stop()
+            if self._tiers is not None:
+                self._tiers.close()
             sub.hand_back()
 
     # -- confirms and revokes ----------------------------------------------------------------
@@ -418,6 +417,8 @@ class ParallelReceiver(Receiver):
 
     def _revoke(self, partitions: list[int], lost: bool) -> None:
         board, feed = self._board, self._feed
+        if self._tiers is not None:
+            self._tiers.revoke(partitions, lost)
         held = feed.forget(partitions)
         with self._confirm_lock:  # no confirm of these partitions from a stale snapshot
             tracks = [t for p in partitions if (t := board.revoke(p)) is not None]
@@ -466,6 +467,7 @@ class ParallelReceiver(Receiver):
             paused=self._paused,
             confirmed=confirmed,
             safe={p: s for p, s in safe.items() if s is not None},
+            parked=0 if self._tiers is None else self._tiers.shelf.counts()[0],
         )
 
     def close(self, timeout_s: float | None = 30.0) -> None:

@@ -7,6 +7,7 @@ starts for ``concurrency`` above 1, retries, dead letters or an ``async def`` ha
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,7 +15,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
-from bolide.facade.config import StreamConfig, SubscriberConfig
+from confluent_kafka import TopicPartition
+
+from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
 from bolide.facade.errors import DurableClientBusyError
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.telemetry import TELEMETRY
@@ -29,6 +32,7 @@ __all__ = [
     "RecordHandler",
     "RevokeListener",
     "StreamReader",
+    "is_async_handler",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,29 @@ class ReceiverHost(StreamReader, Protocol):
         """Fetch again what ``hold_fetching`` stopped, unless another reason holds it."""
         ...
 
+    @property
+    def cluster(self) -> Cluster:
+        """The subscriber's cluster."""
+        ...
+
+    @property
+    def partitions(self) -> int:
+        """The stream's partition count."""
+        ...
+
+    def committed_to(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets of other topics' ``partitions`` (a retry tier's)."""
+        ...
+
+    def commit_to(self, offsets: list[TopicPartition]) -> None:
+        """Commit other topics' offsets (a retry tier's) in the subscriber's group and
+        generation, synchronously.
+
+        Raises:
+            KafkaException: The commit failed (the group moved on, say).
+        """
+        ...
+
     def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
         """A parallel receiver starts: it hears revokes first, bounds every confirm by its
         safe points, and a poll no longer means the records it returned are done."""
@@ -140,6 +167,7 @@ class ReceiverMetrics:
         confirmed: Per partition, the last offset the receiver confirmed.
         safe: Per partition, the highest offset at and below which every record taken is
             finished (what ``auto_confirm`` confirms; kept for ungrouped subscribers too).
+        parked: Records in retry tiers (``RetryTier``), failed or parked behind their key.
     """
 
     in_flight: int = 0
@@ -151,6 +179,13 @@ class ReceiverMetrics:
     paused: bool = False
     confirmed: Mapping[int, int] = field(default_factory=dict)
     safe: Mapping[int, int] = field(default_factory=dict)
+    parked: int = 0
+
+
+def is_async_handler(handler: object) -> bool:
+    """True for an ``async def`` handler (or an object with an ``async def __call__``)."""
+    call = getattr(handler, "__call__", None)  # noqa: B004 (async __call__ of an object)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 class Receiver:

@@ -104,6 +104,7 @@ class Parts:
         """The receivers' view of ``subscriber`` (``ReceiverHost``)."""
         return ReceiverSeat(
             subscriber,
+            self.consumer,
             assigned=self.assigned,
             holds=self.positions.holds,
             lock=lock,

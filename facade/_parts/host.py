@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bolide.facade._internal.holds import Holds
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._parts.positions import Positions, Report
+from bolide.facade.config import Cluster
 from bolide.facade.durable import DurableSession
 from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch
@@ -127,6 +128,9 @@ class ReceiverHooks:
 class SubscriberView(StreamReader, Protocol):
     """The public side of a subscriber that a ``ReceiverSeat`` passes on."""
 
+    cluster: Cluster
+    partitions: int
+
     def is_assigned(self) -> bool: ...
 
 
@@ -135,6 +139,7 @@ class ReceiverSeat:
 
     Args:
         subscriber: The subscriber's public side.
+        consumer: Its Kafka consumer (for a retry tier's offsets).
         assigned: The partitions it holds (updated in place by it).
         holds: Its holds (the throttle is one reason).
         lock: Its lock, held around every call on the consumer.
@@ -148,6 +153,7 @@ class ReceiverSeat:
     def __init__(
         self,
         subscriber: SubscriberView,
+        consumer: Consumer,
         *,
         assigned: AbstractSet[int],
         holds: Holds,
@@ -164,6 +170,9 @@ class ReceiverSeat:
         self.config = subscriber.config
         self.grouped = subscriber.grouped
         self.group_id = subscriber.group_id
+        self.cluster = subscriber.cluster
+        self.partitions = subscriber.partitions
+        self._consumer = consumer
         self._assigned = assigned
         self._holds = holds
         self._lock = lock
@@ -189,6 +198,16 @@ class ReceiverSeat:
     def assigned(self) -> AbstractSet[int]:
         """The partitions the subscriber holds now."""
         return self._assigned
+
+    def committed_to(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets of ``partitions`` (of any topic)."""
+        with self._lock:
+            return list(self._consumer.committed(partitions, timeout=30))
+
+    def commit_to(self, offsets: list[TopicPartition]) -> None:
+        """Commit ``offsets`` (of any topic) in the group's current generation."""
+        with self._lock:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
 
     def hold_fetching(self) -> None:
         """Hold every partition held for the throttle (one assigned meanwhile too)."""

@@ -19,11 +19,12 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from bolide.facade._parts.lanes import Board, Item
 from bolide.facade._parts.positions import Report
+from bolide.facade._parts.tiers import Tiers
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, RecordHandler
@@ -51,6 +52,7 @@ class Runner:
         topic: str,
         report: Report,
         cost: float,
+        tiers: Tiers | None = None,
     ) -> None:
         self._board = board
         self._handler = handler
@@ -59,10 +61,14 @@ class Runner:
         self._topic = topic
         self._report = report
         self._letter_retry_s = max(retry.max_backoff_s, 1.0)
+        self._tiers = tiers
         self.cost = cost
 
     def work(self, item: Item) -> None:
         error = item.error
+        tiers = self._tiers
+        if error is None and tiers is not None and tiers.divert(item.record, self._copied(item)):
+            return  # its key is parked in a retry tier: it waits there, behind the key's head
         if error is None:
             started = time.perf_counter()
             try:
@@ -125,6 +131,9 @@ class Runner:
         item.error = error
         record, target = item.record, self._dead_letter
         attempts = max(item.attempt, 1)
+        if self._tiers is not None:
+            self._tiers.shelve(record, attempts, self._copied(item))
+            return None
         if target is None:
             summary = f"receiver handler failed on {record!r} after {attempts} attempts"
             log.error("%s: %r", summary, error)
@@ -149,6 +158,18 @@ class Runner:
             return result
         self._letter_done(item, None)
         return None
+
+    def _copied(self, item: Item) -> Callable[[BaseException | None], None]:
+        """What to do once a record's copy is in its retry tier (or could not be written)."""
+
+        def copied(error: BaseException | None) -> None:
+            if error is None:
+                self._board.finish(item)
+                return
+            self._report(f"could not move {item.record!r} to a retry tier; trying again", error)
+            self._board.later(item, self._letter_retry_s, retry=False)
+
+        return copied
 
     def _letter_done(self, item: Item, error: BaseException | None) -> None:
         if error is None:

@@ -40,3 +40,51 @@ def test_parallel_receiver_killed_at_random_points(
         "parallel-crash", records=total, elapsed_s=round(time.monotonic() - started, 1),
         **figures,
     )  # fmt: skip
+
+
+def test_retry_tiers_killed_at_random_points(
+    cluster, stream_factory, group_name, tmp_path, members, rng
+):
+    """Every seventh record fails its first call in each member and goes through the retry
+    tiers with its key parked behind it; members are killed at random points. Nothing is
+    lost, and within each member every key's records succeed in their offset order."""
+    total = scaled(600)
+    stream = stream_factory(partitions=2, global_order=False)
+    keys = publish_keyed(cluster, stream, total, keys=20)
+    expected = set(keys)
+    crash = CrashRun(
+        cluster, stream, group_name, "parallel", tmp_path, members, rng,
+        extra=["--delay-ms", "1", "--concurrency", "8", "--fail-every", "7"],
+    )  # fmt: skip
+    crash.run(expected, KILLS, handled_or_dead)
+    seen: set[tuple[int, int]] = set()
+    for member in members:
+        seen |= handled_or_dead(member)
+        by_key: dict[bytes, list[int]] = {}
+        for partition, offset in member_offsets_in_order(member):
+            by_key.setdefault(keys[(partition, offset)], []).append(offset)
+        for key, order in by_key.items():
+            assert order == sorted(order), (member.log, key, order)
+    assert expected - seen == set()
+
+
+def handled_or_dead(member) -> set[tuple[int, int]]:
+    """What a member finished: handled (``P``) or dead-lettered (``D``)."""
+    done = {(int(f[0]), int(f[1])) for f in member.processed()}
+    for line in member.lines():
+        if line.startswith("D "):
+            done.add((int(line.split()[1]), int(line.split()[2])))
+    return done
+
+
+def member_offsets_in_order(member) -> list[tuple[int, int]]:
+    """``(partition, offset)`` of each record a member handled, in the order it logged them,
+    each once (the first time)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for f in member.processed():
+        place = (int(f[0]), int(f[1]))
+        if place not in seen:
+            seen.add(place)
+            out.append(place)
+    return out

@@ -18,7 +18,9 @@ Modes:
     a durable client, which confirms what it delivered at the start of the next poll;
 ``parallel``
     a grouped subscriber with a parallel receiver (key order, random handler latency up to
-    twice ``--delay-ms``), which confirms below its first unfinished record.
+    twice ``--delay-ms``), which confirms below its first unfinished record; with
+    ``--fail-every N``, records whose value is a multiple of N fail their first call in each
+    process and go through retry tiers (``D <partition> <offset>``: dead-lettered).
 
 Usage: ``python -m tests.reliability.worker MODE BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOP
 [--db URL] [--delay-ms MS] [--max-batch N]``.
@@ -36,8 +38,11 @@ from typing import TextIO
 from bolide.facade import (
     Cluster,
     DurableClientBusyError,
+    ReceiverOptions,
     Record,
     Resequencer,
+    Retry,
+    RetryTier,
     StreamConfig,
     Subscriber,
     SubscriberConfig,
@@ -61,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--delay-ms", type=float, default=0.2)
     parser.add_argument("--max-batch", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--fail-every", type=int, default=0)
     return parser
 
 
@@ -100,13 +106,28 @@ def run_parallel(args: argparse.Namespace, out: TextIO) -> None:
     """The ``parallel`` mode: the receiver handles and confirms; this thread only waits."""
     delay, rng, lock = args.delay_ms / 1000, random.Random(), threading.Lock()
 
+    failed: set[tuple[int | None, int | None]] = set()
+
     def handler(record: Record) -> None:
         time.sleep(rng.random() * 2 * delay)  # the work
+        place = (record.partition, record.offset)
         with lock:
+            failing = args.fail_every and int(record.data or b"0") % args.fail_every == 0
+            if failing and place not in failed:  # each such record fails its first call here
+                failed.add(place)
+                raise RuntimeError("first call fails")
             out.write(_line(record))
 
+    def dead(record: Record, error: BaseException) -> None:
+        with lock:
+            out.write(f"D {record.partition} {record.offset}\n")
+
+    options: ReceiverOptions = {}
+    if args.fail_every:  # retry tiers: the failing record moves on, its key is parked
+        tiers = [RetryTier(delay_s=0.3), RetryTier(delay_s=0.4), RetryTier(delay_s=0.5)]
+        options = {"retry": Retry(attempts=1, backoff_s=0, tiers=tiers), "dead_letter": dead}
     with _connect(args) as sub:
-        sub.attach_receiver(handler, concurrency=args.concurrency, max_in_flight=200)
+        sub.attach_receiver(handler, concurrency=args.concurrency, max_in_flight=200, **options)
         while not sub.is_assigned():
             time.sleep(0.05)
         out.write("READY\n")

@@ -1,0 +1,105 @@
+"""Retry tiers: records/s through a tier against plain publishing, in one run.
+
+The reference is ``Publisher.publish_async`` of the same records (100 B, 100 keys) to a fresh
+stream, flushed. bolide's side: a parallel receiver whose handler fails every record's first
+call, so each record is copied to a retry tier (delay 1 ms), read back, called again and
+confirmed on both streams; the rate is the records handled per second from the first call to
+the last success. It is bounded by a publish and a read of each record, so the ratio tells how
+much the tier adds on top of the publish it needs.
+
+Run from the repository root: ``python -m benchmarks.bench_retries [--quick] [--json]``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from benchmarks._common import Context, Ratio, Report, markdown_table, standalone
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    Retry,
+    RetryTier,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+
+NAME = "retries"
+_TIMEOUT_S = 300.0
+
+
+def publish_rate(cluster: Cluster, count: int) -> tuple[float, StreamConfig]:
+    """Records/s of plain ``publish_async`` to a fresh stream, and the stream."""
+    stream = StreamConfig(name=f"bench-retries-{time.time_ns()}")
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        started = time.perf_counter()
+        for i in range(count):
+            pub.publish_async(Record(b"x" * 100, key=b"k%d" % (i % 100)))
+        pub.flush(_TIMEOUT_S)
+        return count / (time.perf_counter() - started), stream
+
+
+def tier_rate(cluster: Cluster, stream: StreamConfig, count: int) -> float:
+    """Records/s handled through a retry tier (each record's first call fails)."""
+    lock, done = threading.Lock(), threading.Event()
+    calls: set[int] = set()
+    clock = {"first": 0.0, "last": 0.0, "handled": 0}
+
+    def handler(record: Record) -> None:
+        with lock:
+            if not clock["first"]:
+                clock["first"] = time.perf_counter()
+            offset = record.offset or 0
+            if offset not in calls:
+                calls.add(offset)
+                raise RuntimeError("first call fails")
+            clock["handled"] += 1
+            if clock["handled"] == count:
+                clock["last"] = time.perf_counter()
+                done.set()
+
+    config = SubscriberConfig(
+        stream=stream,
+        group=f"bench-retries-{time.time_ns()}",
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+    )
+    retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.001)])
+    with Subscriber(cluster, config) as sub:
+        sub.attach_receiver(handler, concurrency=8, retry=retry)
+        if not done.wait(_TIMEOUT_S):
+            raise TimeoutError(f"{clock['handled']} of {count} handled through the tier")
+    return count / (clock["last"] - clock["first"])
+
+
+def bench(context: Context) -> Report:
+    """``run_all``'s entry: plain publishing, then the same records through a tier."""
+    count = 300 if context.quick else 5_000
+    context.say(NAME, f"publish {count} records")
+    reference, stream = publish_rate(context.cluster, count)
+    context.say(NAME, "the same records through a retry tier")
+    rate = tier_rate(context.cluster, stream, count)
+    ratio = Ratio(NAME, "through a retry tier", "plain publish_async", "records/s",
+                  reference, rate, None)  # fmt: skip
+    rows = [
+        ["plain publish_async", f"{reference:,.0f}", "1.00x"],
+        ["through a retry tier (fail, copy, read back, call)", f"{rate:,.0f}",
+         f"{ratio.ratio:.2f}x"],
+    ]  # fmt: skip
+    table = markdown_table(["path", "records/s", "ratio"], rows)
+    title = f"retries: records through a retry tier vs plain publishing ({context.broker})"
+    return Report(title, table, [ratio], {"records": count})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run standalone: ``--quick``, ``--bootstrap``, ``--json``."""
+    return standalone(bench, argv, NAME)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

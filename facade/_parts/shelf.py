@@ -1,0 +1,275 @@
+"""``Shelf``: the records a parallel receiver keeps in its retry tiers, per key, in the order
+they had on their source stream.
+
+A key (a lane: the Kafka key, the partition, or the record itself for ``"unordered"``) is
+*parked* while it has a record in a tier: its later records are shelved behind it (sent to
+the same tier) instead of being handled, and only the lane's head, the record with the lowest
+source offset, ever runs. A record runs once its copy has been read back from the tier's
+stream (so its tier offset is known and can be confirmed) and, if it failed before, once its
+delay has passed since that copy was written. Tier offsets are confirmed per tier partition
+up to the first unfinished one (``Track.safe``), so a restart reads every parked record again
+and rebuilds the same lanes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Hashable
+
+from bolide.facade._parts.lanes import Track
+from bolide.facade.record import Record
+
+__all__ = ["Entry", "Shelf"]
+
+
+class Entry:
+    """One record on the shelf: where it came from, which tier holds it, how far it got."""
+
+    __slots__ = (
+        "attempts",
+        "dropped",
+        "due",
+        "lane",
+        "origin",
+        "partition",
+        "record",
+        "tier",
+        "where",
+        "written",
+    )
+
+    def __init__(
+        self, record: Record, partition: int, origin: int, lane: Hashable, tier: int
+    ) -> None:
+        self.record = record  # as the handler sees it: the source's stream, partition, offset
+        self.partition = partition
+        self.origin = origin  # the offset on the source stream: the order within the lane
+        self.lane = lane
+        self.tier = tier
+        self.attempts = 0  # handler calls so far
+        self.where: int | None = None  # the offset of its copy in its tier, once read back
+        self.due = 0.0  # wall-clock seconds from which it may run
+        self.dropped = False  # its partition was revoked: results are ignored
+        self.written = False  # its copy is in its tier (acknowledged)
+
+    def __lt__(self, other: Entry) -> bool:
+        return self.origin < other.origin
+
+
+class _Lane:
+    __slots__ = ("entries", "running")
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []  # sorted by origin
+        self.running = False
+
+
+class Shelf:
+    """Parked records of one receiver, for ``tiers`` tiers; every method takes its lock."""
+
+    def __init__(self, tiers: int) -> None:
+        self.lock = threading.Condition()
+        self._tiers = tiers
+        self._lanes: dict[tuple[int, Hashable], _Lane] = {}
+        self._origins: dict[tuple[int, int], Entry] = {}
+        self._tracks: dict[tuple[int, int], Track] = {}  # (tier, partition): tier offsets
+        self._due: list[tuple[float, int, Entry]] = []
+        self._ticket = itertools.count()
+        self._loading: set[int] = set()  # source partitions whose tiers are still being read
+
+    # -- records coming from the source stream ---------------------------------------------
+
+    def divert(self, record: Record, lane: Hashable) -> Entry | None:
+        """The shelf's entry for a source record whose key is parked (its ``tier`` is the
+        one of the key's head; ``written`` or ``where`` set when it is on the shelf already,
+        read again after a restart), else ``None``: the handler runs."""
+        partition, origin = record.partition or 0, _offset(record)
+        with self.lock:
+            entry = self._origins.get((partition, origin))
+            if entry is not None:
+                return entry
+            held = self._lanes.get((partition, lane))
+            if held is None or not held.entries:
+                return None
+            entry = Entry(record, partition, origin, lane, held.entries[0].tier)
+            self._insert(entry)
+            return entry
+
+    def shelve(self, record: Record, lane: Hashable, attempts: int) -> Entry:
+        """A source record failed its last call in the worker: its entry, in the first tier."""
+        partition, origin = record.partition or 0, _offset(record)
+        with self.lock:
+            entry = self._origins.get((partition, origin))
+            if entry is None:
+                entry = Entry(record, partition, origin, lane, 0)
+                self._insert(entry)
+            entry.attempts = attempts
+            return entry
+
+    # -- records read back from a tier -----------------------------------------------------
+
+    def arrived(
+        self, tier: int, offset: int, record: Record, attempts: int, due: float, lane: Hashable
+    ) -> None:
+        """A copy at ``offset`` of tier ``tier`` was read; ``record`` is the original (its
+        source partition and offset set), ``due`` when it may run if it failed before."""
+        partition, origin = record.partition or 0, _offset(record)
+        with self.lock:
+            track = self._track(tier, partition, offset)
+            track.last = offset
+            track.add(offset)
+            entry = self._origins.get((partition, origin))
+            if entry is None:  # read after a restart: the lane is rebuilt from the tiers
+                entry = Entry(record, partition, origin, lane, tier)
+                self._insert(entry)
+            elif entry.tier > tier or (entry.tier == tier and entry.where is not None):
+                track.finish(offset)  # an older copy, left behind by a crash: superseded
+                return
+            elif entry.tier < tier:  # a newer copy: it moved on before a crash
+                self._let_go(entry)
+                entry.tier = tier
+            entry.written = True
+            entry.where = offset
+            entry.attempts = max(entry.attempts, attempts)
+            entry.due = due if entry.attempts else 0.0
+            self._maybe_ready(entry)
+
+    def take(self, timeout_s: float) -> Entry | None:
+        """The next lane head that may run now, marked running (``None`` after the wait)."""
+        with self.lock:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                now = time.time()
+                while self._due and self._due[0][0] <= now:
+                    entry = heapq.heappop(self._due)[2]
+                    lane = self._lanes.get((entry.partition, entry.lane))
+                    if (
+                        entry.dropped
+                        or entry.partition in self._loading
+                        or lane is None
+                        or lane.running
+                        or lane.entries[0] is not entry
+                    ):
+                        continue  # ``release`` or ``done`` offers it again when it may run
+                    lane.running = True
+                    return entry
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                wait = min(left, self._due[0][0] - now) if self._due else left
+                self.lock.wait(max(wait, 0.001))
+
+    def done(self, entry: Entry) -> None:
+        """``entry`` succeeded or was given up: its lane's next record may run."""
+        with self.lock:
+            if entry.dropped:
+                return
+            self._let_go(entry)
+            self._origins.pop((entry.partition, entry.origin), None)
+            key = (entry.partition, entry.lane)
+            lane = self._lanes[key]
+            lane.entries.remove(entry)
+            lane.running = False
+            if lane.entries:
+                self._maybe_ready(lane.entries[0])
+            else:
+                del self._lanes[key]
+
+    def moved(self, entry: Entry, tier: int) -> None:
+        """``entry`` failed in its tier and its copy is now in ``tier``: it stays the head
+        of its lane and runs again once that copy is read back and due."""
+        with self.lock:
+            if entry.dropped:
+                return
+            self._let_go(entry)
+            entry.tier = tier
+            entry.written = True
+            lane = self._lanes[(entry.partition, entry.lane)]
+            lane.running = False
+
+    def failed_again(self, entry: Entry, due: float) -> None:
+        """A call failed but the record stays where it is (its copy could not be moved):
+        it runs again at ``due``."""
+        with self.lock:
+            if entry.dropped:
+                return
+            self._lanes[(entry.partition, entry.lane)].running = False
+            entry.due = due
+            self._maybe_ready(entry)
+
+    # -- partitions and confirms -----------------------------------------------------------
+
+    def hold(self, partitions: list[int]) -> None:
+        """Nothing of ``partitions`` runs until ``release``: their tiers are being read, and
+        a key's head may be in a tier not read yet."""
+        with self.lock:
+            self._loading.update(partitions)
+
+    def release(self, partitions: list[int]) -> None:
+        """The tiers of ``partitions`` are read to their end: their lanes' heads may run."""
+        with self.lock:
+            self._loading.difference_update(partitions)
+            for (partition, _), lane in self._lanes.items():
+                if partition in partitions and lane.entries:
+                    self._maybe_ready(lane.entries[0])
+
+    def safe_points(self) -> dict[tuple[int, int], int]:
+        """Per (tier, partition) read: the offset at and below which every copy is done."""
+        with self.lock:
+            points = {k: t.safe() for k, t in self._tracks.items()}
+        return {k: s for k, s in points.items() if s is not None}
+
+    def drop(self, partitions: list[int]) -> None:
+        """Forget the lanes and tier offsets of revoked source ``partitions``."""
+        gone = set(partitions)
+        with self.lock:
+            for key in [k for k in self._lanes if k[0] in gone]:
+                for entry in self._lanes.pop(key).entries:
+                    entry.dropped = True
+                    self._origins.pop((entry.partition, entry.origin), None)
+            for key in [k for k in self._tracks if k[1] in gone]:
+                del self._tracks[key]
+            self._loading -= gone
+
+    def counts(self) -> tuple[int, int]:
+        """Records on the shelf, and keys (lanes) parked."""
+        with self.lock:
+            return len(self._origins), len(self._lanes)
+
+    # -- inside the lock -------------------------------------------------------------------
+
+    def _insert(self, entry: Entry) -> None:
+        lane = self._lanes.setdefault((entry.partition, entry.lane), _Lane())
+        bisect.insort(lane.entries, entry)
+        self._origins[(entry.partition, entry.origin)] = entry
+
+    def _maybe_ready(self, entry: Entry) -> None:
+        lane = self._lanes.get((entry.partition, entry.lane))
+        if lane is None or lane.running or lane.entries[0] is not entry or entry.where is None:
+            return
+        heapq.heappush(self._due, (entry.due, next(self._ticket), entry))
+        self.lock.notify()
+
+    def _let_go(self, entry: Entry) -> None:
+        """The copy ``entry`` had in its tier is done with (confirmable)."""
+        if entry.where is not None:
+            track = self._tracks.get((entry.tier, entry.partition))
+            if track is not None:
+                track.finish(entry.where)
+            entry.where = None
+
+    def _track(self, tier: int, partition: int, offset: int) -> Track:
+        track = self._tracks.get((tier, partition))
+        if track is None:
+            track = self._tracks[(tier, partition)] = Track(partition, offset)
+        return track
+
+
+def _offset(record: Record) -> int:
+    offset = record.offset
+    assert offset is not None, "shelved records come from a stream"
+    return offset

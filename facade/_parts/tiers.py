@@ -1,0 +1,369 @@
+"""``Tiers``: a parallel receiver's retry tiers on Kafka (``Retry(tiers=[RetryTier(...)])``).
+
+Each tier is a stream with the source's partition count; a record's copy goes to the
+partition it came from, so the member that owns a source partition owns its tiers' too. That
+member reads the tiers' partitions itself (a consumer of its own, assigned by hand) and
+confirms their offsets through the subscriber's consumer, in the same group and generation
+as the source's: a member that lost the partition cannot confirm them any more. When it gets
+a partition it reads the tiers' copies up to their end first (``load``), so the keys parked
+before a restart stay parked; only then are the source's records handled.
+
+The ``Shelf`` decides what runs; this module moves copies in and out of Kafka and calls the
+handler on the tiers' records when they are due, on up to ``concurrency`` threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from bolide.facade._parts.lanes import LaneOf
+from bolide.facade._parts.shelf import Entry, Shelf
+from bolide.facade.config import PublisherConfig, StreamConfig
+from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
+from bolide.facade.errors import IllegalSubscriberStateError
+from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.publisher import Publisher
+from bolide.facade.receiver import (
+    AsyncRecordHandler,
+    ReceiverHost,
+    RecordHandler,
+    is_async_handler,
+)
+from bolide.facade.record import Record, record_from_message
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, Retry
+
+__all__ = ["Tiers"]
+
+log = logging.getLogger("bolide.facade.parallel")
+
+_READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
+_CONFIRM_EVERY_S = 0.5
+_AGAIN_S = 1.0  # a copy that could not be written is tried again after this
+_OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER))
+
+#: ``done(error)``: the copy of a source record is in its tier (``None``) or failed.
+Done = Callable[[BaseException | None], None]
+
+
+class Tiers:
+    """The retry tiers of one parallel receiver (built by it when ``retry.tiers`` is set)."""
+
+    def __init__(
+        self,
+        host: ReceiverHost,
+        retry: Retry,
+        lane_of: LaneOf,
+        handler: RecordHandler,
+        dead_letter: DeadLetterTarget | None,
+        concurrency: int,
+    ) -> None:
+        self._host = host
+        self._lane_of = lane_of
+        self._handler = handler
+        self._dead_letter = dead_letter
+        self._delays = [t.delay_s for t in retry.tiers]
+        self.topics = [t.stream_for(host.topic) for t in retry.tiers]
+        self._tier_of = {name: i for i, name in enumerate(self.topics)}
+        self.shelf = Shelf(len(self.topics))
+        self.moved = 0  # copies written to a tier
+        n = host.partitions
+        self._publishers = [
+            Publisher(
+                host.cluster,
+                PublisherConfig(stream=StreamConfig(name=t, partitions=n, global_order=n == 1)),
+            )
+            for t in self.topics
+        ]
+        settings = {"group.id": f"{host.group_id}.tiers", "enable.auto.commit": False}
+        self._reader = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
+        self._reader_lock = threading.Lock()
+        self._loaded: set[int] = set()
+        self._confirmed: dict[tuple[int, int], int] = {}
+        self._confirm_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bolide-retry")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bolide-tiers", daemon=True)
+
+    @classmethod
+    def of(
+        cls,
+        host: ReceiverHost,
+        retry: Retry | None,
+        lane_of: LaneOf,
+        handlers: tuple[RecordHandler | AsyncRecordHandler, RecordHandler],
+        dead_letter: DeadLetterTarget | None,
+        concurrency: int,
+    ) -> Tiers | None:
+        """The tiers of ``retry``, or ``None`` without any. ``handlers``: the handler as
+        given and as the receiver runs it (within its telemetry span).
+
+        Raises:
+            TypeError: An ``async def`` handler (tiers call handlers on threads).
+            IllegalSubscriberStateError: An ungrouped subscriber (tiers' offsets are the
+                group's).
+        """
+        if retry is None or not retry.tiers:
+            return None
+        if is_async_handler(handlers[0]):
+            raise TypeError("retry tiers take a plain handler, not an async def one")
+        if not host.grouped:
+            raise IllegalSubscriberStateError(
+                "retry tiers need a grouped subscriber: their offsets are the group's",
+                stream=host.topic,
+            )
+        return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- the source side (the receiver's workers) -------------------------------------------
+
+    def divert(self, record: Record, done: Done) -> bool:
+        """Shelve ``record`` behind its parked key (``done`` once its copy is written), or
+        ``False``: its key is not parked, the handler runs."""
+        entry = self.shelf.divert(record, self._lane_of(record))
+        if entry is None:
+            return False
+        if entry.written or entry.where is not None:
+            done(None)  # read again after a restart: its copy is in a tier already
+            return True
+
+        def written(error: BaseException | None) -> None:
+            entry.written = error is None
+            done(error)
+
+        self._write(entry, entry.tier, written)
+        return True
+
+    def shelve(self, record: Record, attempts: int, done: Done) -> None:
+        """``record`` failed its last call in the worker: copy it to the first tier."""
+        entry = self.shelf.shelve(record, self._lane_of(record), attempts)
+
+        def written(error: BaseException | None) -> None:
+            entry.written = error is None
+            done(error)
+
+        self._write(entry, 0, written)
+
+    def _write(self, entry: Entry, tier: int, done: Done) -> None:
+        record = entry.record
+        headers = [h for h in record.headers if h[0] not in _OURS]
+        headers += [
+            (ORIGIN_HEADER, f"{self._host.topic}/{entry.partition}/{entry.origin}".encode()),
+            (ATTEMPTS_HEADER, str(entry.attempts).encode()),
+        ]
+        copy = Record(record.data, key=record.key, headers=headers, partition=entry.partition)
+
+        def written(_: int | None, error: BaseException | None) -> None:
+            if error is None:
+                self.moved += 1
+            done(error)
+
+        try:
+            self._publishers[tier].publish_async(copy, callback=written)
+        except Exception as exc:
+            done(exc)
+
+    # -- partitions (the receiver's fetch thread) ------------------------------------------
+
+    def load(self, assigned: set[int], serve: Callable[[], None]) -> None:
+        """Read the tiers' copies of newly assigned partitions up to their end, so that their
+        parked keys are known before any of the source's records is handled."""
+        new = sorted(assigned - self._loaded)
+        if not new:
+            return
+        self.shelf.hold(new)
+        tps = [TopicPartition(t, p) for t in self.topics for p in new]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self._host.committed_to(tps)}
+        ends: dict[tuple[str, int], int] = {}
+        with self._reader_lock:
+            for tp in tps:
+                low, high = self._reader.get_watermark_offsets(tp, timeout=10)
+                start = committed.get((tp.topic, tp.partition), -1)
+                tp.offset = start if start >= low else low
+                if high > tp.offset:
+                    ends[(tp.topic, tp.partition)] = high
+            self._reader.incremental_assign(tps)
+        self._loaded.update(new)
+        while ends and not self._stop.is_set():
+            self._read()
+            with self._reader_lock:  # what was consumed is on the shelf: ``_read`` holds it
+                at = self._reader.position([TopicPartition(t, p) for t, p in ends])
+            for tp in at:
+                if tp.offset >= ends[(tp.topic, tp.partition)]:
+                    del ends[(tp.topic, tp.partition)]
+            serve()
+        self.shelf.release(new)
+
+    def revoke(self, partitions: list[int], lost: bool) -> None:
+        """Give up the tiers of revoked source partitions (confirming them unless lost)."""
+        gone = set(partitions) & self._loaded
+        if not gone:
+            return
+        if not lost:
+            self._confirm(only=gone)
+        self.shelf.drop(sorted(gone))
+        self._loaded -= gone
+        with self._reader_lock:
+            self._reader.incremental_unassign(
+                [TopicPartition(t, p) for t in self.topics for p in gone]
+            )
+        with self._confirm_lock:
+            for key in [k for k in self._confirmed if k[1] in gone]:
+                del self._confirmed[key]
+
+    # -- the tiers' thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        confirmed_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._read()
+                entry = self.shelf.take(_READ_S)
+                while entry is not None:
+                    self._pool.submit(self._call, entry)
+                    entry = self.shelf.take(0)
+                if time.monotonic() - confirmed_at >= _CONFIRM_EVERY_S:
+                    confirmed_at = time.monotonic()
+                    self._confirm()
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                self._host.report("retry tiers failed; trying again", exc)
+                self._stop.wait(_AGAIN_S)
+
+    def _read(self) -> None:
+        """One read of the tiers: each copy read goes on the shelf before the lock is let go
+        (so ``load`` knows that what its reader consumed is on the shelf)."""
+        if not self._loaded:
+            self._stop.wait(_READ_S)
+            return
+        with self._reader_lock:
+            for msg in self._reader.consume(500, timeout=_READ_S):
+                if msg.error() is None:
+                    self._arrived(msg)
+
+    def _arrived(self, msg: Message) -> None:
+        tier = self._tier_of.get(msg.topic() or "")
+        copy = record_from_message(msg)
+        origin = (copy.header(ORIGIN_HEADER) or b"").decode(errors="replace").rsplit("/", 2)
+        if tier is None or len(origin) != 3 or origin[0] != self._host.topic:
+            return
+        try:
+            partition, offset = int(origin[1]), int(origin[2])
+            attempts = int(copy.header(ATTEMPTS_HEADER) or b"0")
+        except ValueError:
+            return
+        record = Record(copy.data, key=copy.key, headers=_theirs(copy.headers))
+        record.stream, record.partition, record.offset = self._host.topic, partition, offset
+        record.timestamp_ms = copy.timestamp_ms
+        serde = self._host.config.serde
+        if serde is not None and record.data is not None:
+            record.value = serde.decode(
+                record.data, stream=self._host.topic, partition=partition, offset=offset
+            )
+        due = (copy.timestamp_ms or 0) / 1000 + self._delays[tier]
+        lane: Hashable = self._lane_of(record)
+        self.shelf.arrived(tier, copy.offset or 0, record, attempts, due, lane)
+
+    def _call(self, entry: Entry) -> None:
+        """Run the handler on a tier's record that is due; move it on if it fails."""
+        try:
+            self._handler(entry.record)
+        except BaseException as exc:  # any raise fails the record only
+            self._failed(entry, exc)
+        else:
+            self.shelf.done(entry)
+
+    def _failed(self, entry: Entry, error: BaseException) -> None:
+        ran_before = entry.attempts > 0
+        entry.attempts += 1
+        tier = entry.tier + 1 if ran_before else 0  # a parked record starts at the first tier
+        log.info("retry of %r failed (attempt %d): %r", entry.record, entry.attempts, error)
+        if tier < len(self.topics):
+
+            def moved(exc: BaseException | None) -> None:
+                if exc is None:
+                    self.shelf.moved(entry, tier)
+                else:
+                    self._host.report(f"could not move {entry.record!r} to a retry tier", exc)
+                    self.shelf.failed_again(entry, time.time() + _AGAIN_S)
+
+            self._write(entry, tier, moved)
+            return
+        self._give_up(entry, error)
+
+    def _give_up(self, entry: Entry, error: BaseException) -> None:
+        record, target = entry.record, self._dead_letter
+        detail = f"{type(error).__name__}: {error} (after {entry.attempts} attempts)"
+        if target is None:
+            self._host.report(f"receiver handler failed on {record!r}: {detail}", error)
+            self.shelf.done(entry)
+            return
+
+        def sent(_: Any, exc: BaseException | None) -> None:
+            if exc is None:
+                self.shelf.done(entry)
+            else:
+                self._host.report(f"dead letter for {record!r} failed; trying again", exc)
+                self.shelf.failed_again(entry, time.time() + _AGAIN_S)
+
+        if isinstance(target, Publisher):
+            source = f"{self._host.topic}/{entry.partition}/{entry.origin}"
+            try:
+                target.publish_async(letter(record, Reason.FAILED, detail, source), callback=sent)
+            except Exception as exc:
+                sent(None, exc)
+            return
+        try:
+            target(record, error)
+        except Exception as exc:
+            sent(None, exc)
+        else:
+            sent(None, None)
+
+    def _confirm(self, only: set[int] | None = None) -> None:
+        """Confirm each tier partition up to its first unfinished copy, if that moved."""
+        with self._confirm_lock:
+            held = self._host.assigned()
+            moved = {
+                k: s
+                for k, s in self.shelf.safe_points().items()
+                if (only is None or k[1] in only)
+                and k[1] in held
+                and s > self._confirmed.get(k, -1)
+            }
+            if not moved:
+                return
+            tps = [TopicPartition(self.topics[t], p, s + 1) for (t, p), s in moved.items()]
+            self._host.commit_to(tps)
+            self._confirmed.update(moved)
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop reading and calling, confirm what is done, close the tiers' clients."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(5.0)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            self._confirm()
+        except Exception as exc:
+            self._host.report("retry tiers: final confirm failed", exc)
+        finally:
+            with self._reader_lock:
+                self._reader.close()
+            for publisher in self._publishers:
+                publisher.close()
+
+
+def _theirs(headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    return [(k, v) for k, v in headers if k not in _OURS]
