@@ -258,9 +258,12 @@ class ParallelReceiver(Receiver):
         confirmed_at = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if self._confirm and now - confirmed_at >= _CONFIRM_EVERY_S:
+            if now - confirmed_at >= _CONFIRM_EVERY_S:
                 confirmed_at = now
-                self._confirm_safe()
+                if self._confirm:
+                    self._confirm_safe()
+                if self._tiers is not None:
+                    self._tiers.confirm()
             feed.tick()
             in_flight = board.in_flight + len(feed)
             if in_flight >= self._max_in_flight or (self._paused and in_flight > self._resume_at):

@@ -44,7 +44,6 @@ __all__ = ["Tiers"]
 log = logging.getLogger("bolide.facade.parallel")
 
 _READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
-_CONFIRM_EVERY_S = 0.5
 _AGAIN_S = 1.0  # a copy that could not be written is tried again after this
 _OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER))
 
@@ -208,7 +207,7 @@ class Tiers:
         if not gone:
             return
         if not lost:
-            self._confirm(only=gone)
+            self.confirm(only=gone)
         self.shelf.drop(sorted(gone))
         self._loaded -= gone
         with self._reader_lock:
@@ -222,7 +221,6 @@ class Tiers:
     # -- the tiers' thread -----------------------------------------------------------------
 
     def _run(self) -> None:
-        confirmed_at = time.monotonic()
         while not self._stop.is_set():
             try:
                 self._read()
@@ -230,9 +228,6 @@ class Tiers:
                 while entry is not None:
                     self._pool.submit(self._call, entry)
                     entry = self.shelf.take(0)
-                if time.monotonic() - confirmed_at >= _CONFIRM_EVERY_S:
-                    confirmed_at = time.monotonic()
-                    self._confirm()
             except Exception as exc:
                 if self._stop.is_set():
                     return
@@ -329,8 +324,9 @@ class Tiers:
         else:
             sent(None, None)
 
-    def _confirm(self, only: set[int] | None = None) -> None:
-        """Confirm each tier partition up to its first unfinished copy, if that moved."""
+    def confirm(self, only: set[int] | None = None) -> None:
+        """Confirm each tier partition up to its first unfinished copy, if that moved (on the
+        receiver's fetch thread, like every confirm: it holds the subscriber's lock)."""
         with self._confirm_lock:
             held = self._host.assigned()
             moved = {
@@ -343,7 +339,11 @@ class Tiers:
             if not moved:
                 return
             tps = [TopicPartition(self.topics[t], p, s + 1) for (t, p), s in moved.items()]
-            self._host.commit_to(tps)
+            try:
+                self._host.commit_to(tps)
+            except Exception as exc:  # the next round tries again
+                self._host.report("retry tiers: confirm failed", exc)
+                return
             self._confirmed.update(moved)
 
     # -- closing -----------------------------------------------------------------------------
@@ -353,11 +353,10 @@ class Tiers:
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(5.0)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        # A running call is not waited for: its record is not confirmed, read again later.
+        self._pool.shutdown(wait=False, cancel_futures=True)
         try:
-            self._confirm()
-        except Exception as exc:
-            self._host.report("retry tiers: final confirm failed", exc)
+            self.confirm()
         finally:
             with self._reader_lock:
                 self._reader.close()
