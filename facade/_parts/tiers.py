@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._parts.lanes import LaneOf
+from bolide.facade._parts.lanes import NO_LANE, LaneOf
 from bolide.facade._parts.shelf import Entry, Shelf
 from bolide.facade.config import PublisherConfig, StreamConfig
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
@@ -64,7 +64,8 @@ class Tiers:
         concurrency: int,
     ) -> None:
         self._host = host
-        self._lane_of = lane_of
+        # ``"unordered"``: a record is its own lane, so a failure parks nothing behind it.
+        self._lane_of: LaneOf = lambda r: (r.offset,) if lane_of(r) is NO_LANE else lane_of(r)
         self._handler = handler
         self._dead_letter = dead_letter
         self._delays = [t.delay_s for t in retry.tiers]

@@ -77,11 +77,22 @@ def test_a_failing_record_retries_in_tiers_and_parks_its_key_only(cluster, strea
     keys = publish_keyed(cluster, stream, 40, keys=4)
     failing = 5  # key k1; its first call and its first tier's call fail
     handled = Handled({(0, failing): 2})
+    others = sum(1 for k in keys.values() if k != b"k1")
+    others_done = threading.Event()
+
+    def handler(record: Record) -> None:
+        if record.offset == failing and handled.calls[failing] == 2:
+            # Its last call waits for the other keys: were they parked too, none would come.
+            assert others_done.wait(60), "other keys waited for the failing record"
+        handled(record)
+        if sum(1 for k, _ in handled.order if k != b"k1") == others:
+            others_done.set()
+
     group = fresh_group()
     sub = grouped(cluster, stream, group)
     try:
         receiver = sub.attach_receiver(
-            handled, concurrency=4, retry=Retry(attempts=1, backoff_s=0, tiers=TIERS)
+            handler, concurrency=4, retry=Retry(attempts=1, backoff_s=0, tiers=TIERS)
         )
         eventually(lambda: handled.count() == 40, 60)
         eventually(lambda: committed(cluster, group, stream.name) == {0: 40}, 30)
@@ -96,7 +107,7 @@ def test_a_failing_record_retries_in_tiers_and_parks_its_key_only(cluster, strea
     for key in {k for k in keys.values()}:
         assert handled.of(key) == sorted(handled.of(key)), key  # no key reordered
     assert sorted(o for _, o in handled.order) == list(range(40))
-    # Other keys flowed: their last records succeeded before the failing record did.
+    # Other keys flowed: all their records succeeded before the failing record did.
     done_at = handled.order.index((b"k1", failing))
     assert {k for k, _ in handled.order[done_at:]} == {b"k1"}
 
@@ -217,3 +228,32 @@ def test_retry_benchmark_runs(cluster, capsys):
     doc = json.loads(capsys.readouterr().out)
     (ratio,) = doc["ratios"]
     assert ratio["reference_value"] > 0 and ratio["bolide_value"] > 0
+
+
+def test_unordered_records_do_not_wait_for_a_failing_one(cluster, stream_factory):
+    stream = stream_factory()
+    publish_keyed(cluster, stream, 10, keys=1)  # one key: "key" ordering would park them all
+    handled = Handled({(0, 2): 1})
+    others_done = threading.Event()
+
+    def handler(record: Record) -> None:
+        if record.offset == 2 and handled.calls[2] == 1:
+            # Its retry waits for the rest: were they parked behind it, none would come.
+            assert others_done.wait(60), "the other records waited for the failing one"
+        handled(record)
+        if handled.count() == 9 and not handled.of(b"k0").count(2):
+            others_done.set()
+
+    sub = grouped(cluster, stream, fresh_group())
+    try:
+        sub.attach_receiver(
+            handler,
+            concurrency=2,
+            ordering="unordered",
+            retry=Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2)]),
+        )
+        eventually(lambda: handled.count() == 10, 90)
+    finally:
+        sub.close()
+    assert handled.order[-1] == (b"k0", 2)
+    assert handled.calls[2] == 2
