@@ -39,6 +39,7 @@ KNOWN = (
     "parallel",
     "avro",
     "eos",
+    "outbox",
     "telemetry",
     "aio",
 )

@@ -10,6 +10,9 @@ payload and headers) plus three headers, all UTF-8 text so raw consumers and Spa
     A sentence for people.
 ``bolide.source``
     Where the record came from: ``<stream>/<partition>/<offset>``, when it was read from one.
+
+A dead letter republished by ``bolide.stores.DeadLetters.replay`` loses those three and carries
+``bolide.replayed.from``: the id (``<stream>/<partition>/<offset>``) of the dead letter.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from bolide.facade.record import Record
 __all__ = [
     "DETAIL_HEADER",
     "REASON_HEADER",
+    "REPLAYED_FROM_HEADER",
     "SOURCE_HEADER",
     "DeadLetterTarget",
     "Reason",
     "letter",
+    "parse_position",
+    "replayed",
 ]
 
 #: Where a receiver sends a record it gives up: a dead-letter stream's publisher, or
@@ -38,6 +44,8 @@ REASON_HEADER = "bolide.reason"
 DETAIL_HEADER = "bolide.reason.detail"
 #: Where a dead letter came from: ``<stream>/<partition>/<offset>`` of the original record.
 SOURCE_HEADER = "bolide.source"
+#: On a replayed dead letter: the id ``<stream>/<partition>/<offset>`` of the dead letter.
+REPLAYED_FROM_HEADER = "bolide.replayed.from"
 
 _WHY = frozenset((REASON_HEADER, DETAIL_HEADER))
 _OURS = _WHY | {SOURCE_HEADER}
@@ -79,3 +87,28 @@ def letter(record: Record, reason: Reason | str, detail: str, source: str | None
     if source is not None:
         headers.append((SOURCE_HEADER, source.encode()))
     return Record(record.data, key=record.key, headers=headers)
+
+
+def replayed(dead: Record, dead_letter_id: str) -> Record:
+    """The record a replay publishes for the dead letter ``dead``: its key, payload and
+    headers without the dead-letter headers, plus ``bolide.replayed.from`` (a record replayed
+    before keeps only the newest)."""
+    gone = _OURS | {REPLAYED_FROM_HEADER}
+    headers = [h for h in dead.headers if h[0] not in gone]
+    headers.append((REPLAYED_FROM_HEADER, dead_letter_id.encode()))
+    return Record(dead.data, key=dead.key, headers=headers)
+
+
+def parse_position(text: str) -> tuple[str, int, int] | None:
+    """``(stream, partition, offset)`` from ``<stream>/<partition>/<offset>`` (a
+    ``bolide.source`` value or a dead letter's id); ``None`` when ``text`` is not one.
+
+    Kafka topic names hold no ``/``, so the last two parts are the numbers.
+    """
+    stream, sep, rest = text.partition("/")
+    partition, sep2, offset = rest.partition("/")
+    if not (sep and sep2 and stream and partition.isdigit() and offset.isdigit()):
+        return None
+    if not (partition.isascii() and offset.isascii()):
+        return None
+    return stream, int(partition), int(offset)

@@ -22,6 +22,10 @@
     ├── BrokerError
     ├── ReceiverAlreadyAttachedError
     ├── ResequencerFullError
+    ├── DeadLetterError
+    │   ├── DeadLetterNotFoundError (also LookupError)
+    │   ├── DeadLetterFilterError (also ValueError)
+    │   └── DeadLetterSourceError (also ValueError)
     └── ConnectorNotFoundError (also RuntimeError; in bolide.spark, needs PySpark)
 
 Usage errors subclass ``ValueError``/``TypeError`` too, so callers that already catch those
@@ -38,6 +42,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BolideError",
     "BrokerError",
+    "DeadLetterError",
+    "DeadLetterFilterError",
+    "DeadLetterNotFoundError",
+    "DeadLetterSourceError",
     "DurableClientBusyError",
     "DurableClientError",
     "IllegalSubscriberStateError",
@@ -204,3 +212,32 @@ class ResequencerFullError(BolideError):
     """
 
     retriable = True
+
+
+class DeadLetterError(BolideError):
+    """A dead-letter stream could not be listed, replayed or purged as asked
+    (``bolide.stores.DeadLetters``)."""
+
+
+class DeadLetterNotFoundError(DeadLetterError, LookupError):
+    """No such dead letter (an unknown or purged id), or no such dead-letter stream (neither
+    Kafka nor the history store holds it)."""
+
+
+class DeadLetterFilterError(DeadLetterError, ValueError):
+    """A ``where`` filter is not one read-only SQL expression over the dead letters' columns
+    (several statements, a subquery, a comment, a change), or the database refused it.
+    Nothing was sent."""
+
+
+class DeadLetterSourceError(DeadLetterError, ValueError):
+    """Dead letters without a ``bolide.source`` header were to be replayed to their source:
+    name a target stream (``to=``). Nothing was sent.
+
+    Attributes:
+        ids: The dead letters that name no source.
+    """
+
+    def __init__(self, message: str, *, ids: list[str], stream: str | None = None) -> None:
+        super().__init__(message, stream=stream)
+        self.ids = ids

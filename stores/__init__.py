@@ -2,7 +2,10 @@
 
 from bolide.stores._capacity import require_delete_records
 from bolide.stores.archiver import Archiver, ArchiverStats, ProgressCallback
+from bolide.stores.deadletters import DeadLetter, DeadLetters
 from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
+from bolide.stores.outbox import Outbox
+from bolide.stores.outbox_relay import AsyncOutboxRelay, OutboxRelay, RelayConfig, RelayStats
 from bolide.stores.positions import SqlPositions
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.store import SqlStore
@@ -10,8 +13,15 @@ from bolide.stores.store import SqlStore
 __all__ = [
     "Archiver",
     "ArchiverStats",
+    "AsyncOutboxRelay",
+    "DeadLetter",
+    "DeadLetters",
     "DurableClient",
+    "Outbox",
+    "OutboxRelay",
     "ProgressCallback",
+    "RelayConfig",
+    "RelayStats",
     "SqlDurableRegistry",
     "SqlPositions",
     "SqlSchemaRegistry",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +22,15 @@ from sqlalchemy.pool import StaticPool
 from bolide.facade.errors import StoreError
 from bolide.stores import _inserts
 from bolide.stores._inserts import HeaderRow, RecordRow
+from bolide.stores._outbox_marks import Sent, mark_each, mark_unnest
+from bolide.stores._outbox_scopes import (
+    EachStep,
+    FileGuard,
+    NoGuard,
+    OneTransaction,
+    RelayGuard,
+    RelayScope,
+)
 
 __all__ = [
     "PostgreSQL",
@@ -119,6 +128,39 @@ class SqlDialect:
         """Spark JDBC options (url, driver, user, password) for the store at ``url``."""
         raise NotImplementedError
 
+    # -- the transactional outbox (bolide.stores.Outbox) ----------------------------------
+
+    def lock_lane(self, conn: Connection, lane: int) -> None:
+        """Hold outbox lane ``lane`` until ``conn``'s transaction ends, so that the rows of one
+        key are numbered in commit order (a second writer of the key waits for the first)."""
+        raise NotImplementedError
+
+    def skip_locked(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        """``query`` locking the rows it returns until the transaction ends, skipping rows
+        another transaction holds: how relays share the outbox."""
+        raise NotImplementedError
+
+    def relay_scope(self, engine: Engine) -> RelayScope:
+        """The transactions of one claim-publish-mark round of an outbox relay."""
+        raise NotImplementedError
+
+    def relay_guard(self, url: URL) -> RelayGuard:
+        """What keeps outbox relays apart that must not share the database."""
+        raise NotImplementedError
+
+    def one_connection(self, url: URL) -> bool:
+        """Whether every user of a store at ``url`` shares one connection (an in-memory
+        SQLite database), so that their transactions would mix."""
+        return False
+
+    def database_identity(self, conn: Connection) -> str:
+        """What tells the database (and schema) ``conn`` writes to from any other."""
+        raise NotImplementedError
+
+    def mark_outbox_sent(self, conn: Connection, sent: Sequence[Sent], sent_ms: int) -> None:
+        """Mark a relay's batch of outbox rows sent, with where each went."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -192,6 +234,31 @@ class SQLite(SqlDialect):
         path = os.path.abspath(str(url.database))
         return {"url": f"jdbc:sqlite:{path}", "driver": self.jdbc_driver}
 
+    def lock_lane(self, conn: Connection, lane: int) -> None:
+        # One writer at a time: the insert holds the database's write lock until the commit.
+        return None
+
+    def skip_locked(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        return query  # no row locks: relay_guard lets one relay in at a time
+
+    def relay_scope(self, engine: Engine) -> RelayScope:
+        return EachStep(engine)  # a write transaction held while publishing stops the app
+
+    def relay_guard(self, url: URL) -> RelayGuard:
+        return FileGuard(str(url.database))
+
+    def one_connection(self, url: URL) -> bool:
+        return self._memory(url)
+
+    def database_identity(self, conn: Connection) -> str:
+        files = {str(row[1]): str(row[2]) for row in conn.exec_driver_sql("PRAGMA database_list")}
+        if not files.get("main"):  # in memory: the connection is the database
+            return f"sqlite:memory:{id(conn.connection.dbapi_connection)}"
+        return f"sqlite:{files['main']}"
+
+    def mark_outbox_sent(self, conn: Connection, sent: Sequence[Sent], sent_ms: int) -> None:
+        mark_each(conn, sent, sent_ms)  # in-process calls: a statement per row costs little
+
 
 class PostgreSQL(SqlDialect):
     """PostgreSQL, through psycopg 3."""
@@ -249,6 +316,36 @@ class PostgreSQL(SqlDialect):
             options["options"] = raw if isinstance(raw, str) else raw[-1]
         return options
 
+    def lock_lane(self, conn: Connection, lane: int) -> None:
+        # The two-key form: a lock space of its own, apart from lock_for_ddl's.
+        key = (lane & 0xFFFFFFFF) - ((lane & 0x80000000) << 1)  # the low 32 bits, signed
+        lock = sa.text("SELECT pg_advisory_xact_lock(:space, :key)")
+        conn.execute(lock, {"space": _OUTBOX_LOCKS, "key": key})
+
+    def skip_locked(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        return query.with_for_update(skip_locked=True)
+
+    def relay_scope(self, engine: Engine) -> RelayScope:
+        return OneTransaction(engine)  # row locks held while publishing block no insert
+
+    def relay_guard(self, url: URL) -> RelayGuard:
+        return NoGuard()
+
+    def database_identity(self, conn: Connection) -> str:
+        # The server (its start time), the database, and the outbox table the search path finds.
+        query = sa.text(
+            "SELECT current_database(), pg_postmaster_start_time()::text, "
+            "to_regclass('bolide_outbox')::oid::text"
+        )
+        row = conn.execute(query).one()
+        return "postgresql:" + "/".join(str(value) for value in row)
+
+    def mark_outbox_sent(self, conn: Connection, sent: Sequence[Sent], sent_ms: int) -> None:
+        mark_unnest(conn, sent, sent_ms)  # one statement: a round trip per row costs more
+
+
+#: The first key of the outbox's advisory locks ("bolo").
+_OUTBOX_LOCKS = 0x626F6C6F
 
 DIALECTS: dict[str, SqlDialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
 

@@ -29,6 +29,8 @@ _COMMAND_MODULES = (
     "bolide.facade.cli.stream",
     "bolide.facade.cli.store",
     "bolide.facade.cli.durable",
+    "bolide.facade.cli.dlq",
+    "bolide.facade.cli.outbox",
     "bolide.facade.cli.ops",
     "bolide.facade.cli.top",
     "bolide.facade.cli.spark",
