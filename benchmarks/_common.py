@@ -297,3 +297,43 @@ def standalone(bench: Callable[[Context], Report], argv: Sequence[str] | None, n
     else:
         print(f"## {report.title}\n\n{report.table}\n\n{ratios_table(report.ratios)}")
     return 0
+
+
+@contextmanager
+def bench_databases(
+    pg_url: str | None, name: str, *, upgrade: bool = True
+) -> Iterator[list[tuple[str, str]]]:
+    """Yield ``[(database, url)]``: a temporary SQLite file and, if ``pg_url`` is reachable, a
+    fresh PostgreSQL schema (dropped afterwards); both upgraded to bolide's schema unless
+    ``upgrade`` is false. ``name`` tags the message when PostgreSQL is skipped."""
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    import sqlalchemy as sa
+
+    from bolide.stores import SqlStore
+
+    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
+        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        admin = None
+        if pg_url:
+            admin = sa.create_engine(pg_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+            try:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+                dbs.append(("postgresql", f"{pg_url}?options=-csearch_path%3D{schema}"))
+            except sa.exc.OperationalError as exc:
+                print(f"[bench_{name}] PostgreSQL skipped: {exc.orig}", file=sys.stderr)
+                admin = None
+        try:
+            for _, url in dbs if upgrade else ():
+                with SqlStore(url) as store:
+                    store.upgrade()
+            yield dbs
+        finally:
+            if admin is not None:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+                admin.dispose()

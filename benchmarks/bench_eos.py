@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -33,6 +30,7 @@ from benchmarks._common import (
     Context,
     Ratio,
     Report,
+    bench_databases,
     broker_cluster,
     machine_info,
     markdown_table,
@@ -211,34 +209,6 @@ def sql_sink(
         store.close()
 
 
-@contextmanager
-def _databases(pg_url: str | None) -> Iterator[list[tuple[str, str]]]:
-    """Yield ``[(name, url)]``: an upgraded SQLite file and, if reachable, a PG schema."""
-    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
-        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")]
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
-        admin = None
-        if pg_url:
-            admin = sa.create_engine(pg_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-            try:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-                dbs.append(("postgresql", f"{pg_url}?options=-csearch_path%3D{schema}"))
-            except sa.exc.OperationalError as exc:
-                print(f"[bench_eos] PostgreSQL skipped: {exc.orig}", file=sys.stderr)
-                admin = None
-        try:
-            for _, url in dbs:
-                with SqlStore(url) as store:
-                    store.upgrade()
-            yield dbs
-        finally:
-            if admin is not None:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-                admin.dispose()
-
-
 def _best(repeat: int, base: Callable[[], float], eos: Callable[[], float]) -> tuple[float, float]:
     """Best records/s of each side over ``repeat`` alternating runs."""
     best_base = best_eos = 0.0
@@ -284,7 +254,7 @@ def run(
             eos,
         )
     )
-    with _databases(pg_url) as dbs:
+    with bench_databases(pg_url, NAME) as dbs:
         for name, url in dbs:
             base, eos = _best(
                 repeat,

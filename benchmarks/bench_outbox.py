@@ -15,16 +15,11 @@ Run from the repository root: ``python -m benchmarks.bench_outbox [--quick] [--j
 
 from __future__ import annotations
 
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 
-import sqlalchemy as sa
-
-from benchmarks._common import Context, Ratio, Report, markdown_table, standalone
+from benchmarks._common import Context, Ratio, Report, bench_databases, markdown_table, standalone
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 from bolide.facade.kafka import ensure_topic
 from bolide.stores import Outbox, OutboxRelay, RelayConfig, SqlStore
@@ -97,33 +92,6 @@ def _drain(relay: OutboxRelay, published: int) -> None:
         time.sleep(0.002)
 
 
-@contextmanager
-def _databases(pg_url: str | None) -> Iterator[list[tuple[str, str]]]:
-    """Yield ``[(name, url)]``: an upgraded SQLite file and, if reachable, a PG schema."""
-    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
-        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'outbox.db'}")]
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
-        admin = None
-        if pg_url:
-            admin = sa.create_engine(pg_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-            try:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-                dbs.append(("postgresql", f"{pg_url}?options=-csearch_path%3D{schema}"))
-            except sa.exc.OperationalError:
-                admin = None
-        try:
-            for _, url in dbs:
-                with SqlStore(url) as store:
-                    store.upgrade()
-            yield dbs
-        finally:
-            if admin is not None:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-                admin.dispose()
-
-
 def bench(context: Context) -> Report:
     """``run_all``'s entry: publish_async, then each relay on each database."""
     count = 500 if context.quick else 20_000
@@ -131,7 +99,7 @@ def bench(context: Context) -> Report:
     reference = publish_async_rate(context.cluster, count)
     rows: list[list[object]] = [["publish_async", "-", f"{reference:,.0f}", "", "1.00x"]]
     ratios: list[Ratio] = []
-    with _databases(context.pg_url) as dbs:
+    with bench_databases(context.pg_url, NAME) as dbs:
         for database, url in dbs:
             for mode, target in TARGETS.items():
                 context.say(NAME, f"{mode} relay on {database}")

@@ -26,13 +26,10 @@ import argparse
 import json
 import sqlite3
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,6 +38,7 @@ from benchmarks._common import (
     Context,
     Ratio,
     Report,
+    bench_databases,
     broker_cluster,
     machine_info,
     markdown_table,
@@ -323,31 +321,6 @@ def spliced_read(
     return best_plain, best_spliced, best_durable
 
 
-@contextmanager
-def _databases(pg_url: str | None) -> Iterator[list[tuple[str, str]]]:
-    """Yield ``[(name, url)]``: a temporary SQLite file and, if reachable, a PG schema."""
-    with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
-        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")]
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
-        admin = None
-        if pg_url:
-            admin = sa.create_engine(pg_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-            try:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-                dbs.append(("postgresql", f"{pg_url}?options=-csearch_path%3D{schema}"))
-            except sa.exc.OperationalError as exc:
-                print(f"[bench_store] PostgreSQL skipped: {exc.orig}", file=sys.stderr)
-                admin = None
-        try:
-            yield dbs
-        finally:
-            if admin is not None:
-                with admin.connect() as conn:
-                    conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-                admin.dispose()
-
-
 def _alternate(
     repeat: int, core: Callable[[int], float], ours: Callable[[int], float]
 ) -> tuple[float, float]:
@@ -372,7 +345,7 @@ def run(
     """Measure every operation on every database; return the rows of the table."""
     data = make_records(records, payload, headers)
     out: list[Row] = []
-    with _databases(pg_url) as dbs:
+    with bench_databases(pg_url, NAME, upgrade=False) as dbs:
         for name, url in dbs:
             out.extend(_measure(name, url, data, batch, repeat, cluster))
     return out

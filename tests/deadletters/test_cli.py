@@ -11,7 +11,7 @@ from bolide.facade.deadletter import REPLAYED_FROM_HEADER
 from tests.deadletters.conftest import Letters, read_all
 from tests.test_cli import bolide
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka]
 
 
 def _where(letters: Letters) -> list[str]:

@@ -19,7 +19,7 @@ from bolide.facade.kafka import admin_client, partition_count
 from tests.deadletters.conftest import end_of, read_all
 from tests.test_cli import _COMMAND
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 COUNT = 2_000
 

@@ -19,7 +19,7 @@ from bolide.stores import Outbox, OutboxRelay, RelayConfig, SqlStore
 from tests.conftest import eventually, upgraded_db_url
 from tests.outbox.conftest import read_stream, sent_rows
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka]
 
 Relays = Callable[..., OutboxRelay]
 Topic = Callable[..., StreamConfig]

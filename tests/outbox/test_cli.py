@@ -17,7 +17,7 @@ from bolide.stores import Outbox, SqlStore
 from tests.conftest import eventually
 from tests.outbox.conftest import read_stream
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka]
 
 
 def cluster_args(cluster: Cluster) -> list[str]:

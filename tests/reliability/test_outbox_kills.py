@@ -35,7 +35,7 @@ from bolide.stores import Outbox, SqlStore
 from tests.conftest import DATABASES, eventually, upgraded_db_url
 from tests.reliability.conftest import KILLS, ROOT, record_figures, scaled
 
-pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
 
 TOTAL = scaled(3_000)
 RUNS = max(KILLS, 4)
