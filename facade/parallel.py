@@ -284,7 +284,7 @@ class ParallelReceiver(Receiver):
                 self._stop.wait(max(self._poll_timeout_ms / 1000, _STOP_CHECK_S))
                 continue
             if self._tiers is not None:  # a partition's parked keys are known before its records
-                self._tiers.load(set(sub.assigned()), self._serve)
+                batch = self._tiers.load(batch, self._serve)
             if not batch:
                 continue
             if self._inline and self._runner.cost < _INLINE_BELOW_S and not board.in_flight:
@@ -420,8 +420,6 @@ class ParallelReceiver(Receiver):
 
     def _revoke(self, partitions: list[int], lost: bool) -> None:
         board, feed = self._board, self._feed
-        if self._tiers is not None:
-            self._tiers.revoke(partitions, lost)
         held = feed.forget(partitions)
         with self._confirm_lock:  # no confirm of these partitions from a stale snapshot
             tracks = [t for p in partitions if (t := board.revoke(p)) is not None]
@@ -437,6 +435,8 @@ class ParallelReceiver(Receiver):
                 self._confirm_safe(final)  # synchronous: the partitions are still owned
         for track in tracks:
             board.settle(track)
+        if self._tiers is not None:  # after the board: no worker shelves on them any more
+            self._tiers.revoke(partitions, lost)
         with self._confirm_lock:
             for p in partitions:
                 self._confirmed.pop(p, None)

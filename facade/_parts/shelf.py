@@ -34,6 +34,7 @@ class Entry:
         "dropped",
         "due",
         "lane",
+        "moving",
         "origin",
         "partition",
         "record",
@@ -55,6 +56,7 @@ class Entry:
         self.due = 0.0  # wall-clock seconds from which it may run
         self.dropped = False  # its partition was revoked: results are ignored
         self.written = False  # its copy is in its tier (acknowledged)
+        self.moving: int | None = None  # the tier its copy is being written to
 
     def __lt__(self, other: Entry) -> bool:
         return self.origin < other.origin
@@ -80,29 +82,39 @@ class Shelf:
         self._due: list[tuple[float, int, Entry]] = []
         self._ticket = itertools.count()
         self._loading: set[int] = set()  # source partitions whose tiers are still being read
+        self._owned: set[int] = set()  # source partitions held (from ``hold`` to ``drop``)
 
     # -- records coming from the source stream ---------------------------------------------
 
     def divert(self, record: Record, lane: Hashable) -> Entry | None:
         """The shelf's entry for a source record whose key is parked (its ``tier`` is the
         one of the key's head; ``written`` or ``where`` set when it is on the shelf already,
-        read again after a restart), else ``None``: the handler runs."""
+        read again after a restart), else ``None``: the handler runs. A record read again
+        below its key's head was finished before the head failed: a ``written`` entry, not
+        shelved, says so."""
         partition, origin = record.partition or 0, _offset(record)
         with self.lock:
             entry = self._origins.get((partition, origin))
             if entry is not None:
                 return entry
             held = self._lanes.get((partition, lane))
-            if held is None or not held.entries:
+            if partition not in self._owned or held is None or not held.entries:
                 return None
-            entry = Entry(record, partition, origin, lane, held.entries[0].tier)
+            head = held.entries[0]
+            entry = Entry(record, partition, origin, lane, head.tier)
+            if origin < head.origin:
+                entry.written = True
+                return entry
             self._insert(entry)
             return entry
 
-    def shelve(self, record: Record, lane: Hashable, attempts: int) -> Entry:
-        """A source record failed its last call in the worker: its entry, in the first tier."""
+    def shelve(self, record: Record, lane: Hashable, attempts: int) -> Entry | None:
+        """A source record failed its last call in the worker: its entry, in the first tier
+        (``None`` when its partition is not held any more)."""
         partition, origin = record.partition or 0, _offset(record)
         with self.lock:
+            if partition not in self._owned:
+                return None
             entry = self._origins.get((partition, origin))
             if entry is None:
                 entry = Entry(record, partition, origin, lane, 0)
@@ -126,6 +138,9 @@ class Shelf:
             if entry is None:  # read after a restart: the lane is rebuilt from the tiers
                 entry = Entry(record, partition, origin, lane, tier)
                 self._insert(entry)
+            elif entry.moving == tier:  # its new copy, read before its delivery report came
+                self._let_go(entry)
+                entry.tier, entry.moving = tier, None
             elif entry.tier > tier or (entry.tier == tier and entry.where is not None):
                 track.finish(offset)  # an older copy, left behind by a crash: superseded
                 return
@@ -179,27 +194,24 @@ class Shelf:
             else:
                 del self._lanes[key]
 
-    def moved(self, entry: Entry, tier: int) -> None:
-        """``entry`` failed in its tier and its copy is now in ``tier``: it stays the head
-        of its lane and runs again once that copy is read back and due."""
+    def moving(self, entry: Entry, tier: int) -> None:
+        """``entry`` failed in its tier; its copy is being written to ``tier``."""
         with self.lock:
-            if entry.dropped:
-                return
-            self._let_go(entry)
-            entry.tier = tier
-            entry.written = True
-            lane = self._lanes[(entry.partition, entry.lane)]
-            lane.running = False
+            entry.moving = tier
 
-    def failed_again(self, entry: Entry, due: float) -> None:
-        """A call failed but the record stays where it is (its copy could not be moved):
-        it runs again at ``due``."""
+    def moved(self, entry: Entry) -> None:
+        """The copy ``moving`` announced is acknowledged: ``entry`` stays the head of its
+        lane and runs again once that copy is read back and due."""
         with self.lock:
             if entry.dropped:
                 return
             self._lanes[(entry.partition, entry.lane)].running = False
-            entry.due = due
-            self._maybe_ready(entry)
+            if entry.moving is None:  # the copy was read back already (``arrived``)
+                self._maybe_ready(entry)
+                return
+            self._let_go(entry)
+            entry.tier, entry.moving = entry.moving, None
+            entry.written = True
 
     # -- partitions and confirms -----------------------------------------------------------
 
@@ -208,6 +220,7 @@ class Shelf:
         a key's head may be in a tier not read yet."""
         with self.lock:
             self._loading.update(partitions)
+            self._owned.update(partitions)
 
     def release(self, partitions: list[int]) -> None:
         """The tiers of ``partitions`` are read to their end: their lanes' heads may run."""
@@ -234,6 +247,7 @@ class Shelf:
             for key in [k for k in self._tracks if k[1] in gone]:
                 del self._tracks[key]
             self._loading -= gone
+            self._owned -= gone
 
     def counts(self) -> tuple[int, int]:
         """Records on the shelf, and keys (lanes) parked."""

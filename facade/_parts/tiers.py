@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -36,7 +35,7 @@ from bolide.facade.receiver import (
     RecordHandler,
     is_async_handler,
 )
-from bolide.facade.record import Record, record_from_message
+from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, Retry
 
 __all__ = ["Tiers"]
@@ -145,6 +144,9 @@ class Tiers:
     def shelve(self, record: Record, attempts: int, done: Done) -> None:
         """``record`` failed its last call in the worker: copy it to the first tier."""
         entry = self.shelf.shelve(record, self._lane_of(record), attempts)
+        if entry is None:  # its partition was revoked: the next owner reads it again
+            done(None)
+            return
 
         def written(error: BaseException | None) -> None:
             entry.written = error is None
@@ -173,10 +175,30 @@ class Tiers:
 
     # -- partitions (the receiver's fetch thread) ------------------------------------------
 
-    def load(self, assigned: set[int], serve: Callable[[], None]) -> None:
+    def load(self, batch: RecordBatch, serve: Callable[[], None]) -> RecordBatch:
         """Read the tiers' copies of newly assigned partitions up to their end, so that their
-        parked keys are known before any of the source's records is handled."""
-        new = sorted(assigned - self._loaded)
+        parked keys are known before any of the source's records is handled; return the
+        records of ``batch`` that may be handled now. Those of a partition held but not loaded
+        (the load failed, or it was revoked and assigned again meanwhile) are read again."""
+        try:
+            self._load(serve)
+        except Exception as exc:  # tried again on the next poll
+            self._host.report("retry tiers: reading the tiers of new partitions failed", exc)
+        held, loaded = self._host.assigned(), self._loaded
+        keep: list[Record] = []
+        again: dict[int, int] = {}
+        for record in batch:
+            partition = record.partition or 0
+            if partition in loaded and partition in held:
+                keep.append(record)
+            elif partition in held:
+                again.setdefault(partition, record.offset or 0)
+        if again:
+            self._host.rewind(again)
+        return batch if len(keep) == len(batch) else RecordBatch(keep)
+
+    def _load(self, serve: Callable[[], None]) -> None:
+        new = sorted(set(self._host.assigned()) - self._loaded)
         if not new:
             return
         self.shelf.hold(new)
@@ -193,12 +215,14 @@ class Tiers:
             self._reader.incremental_assign(tps)
         self._loaded.update(new)
         while ends and not self._stop.is_set():
-            self._read()
+            if not self._read():
+                self._stop.wait(_READ_S)
             with self._reader_lock:  # what was consumed is on the shelf: ``_read`` holds it
                 at = self._reader.position([TopicPartition(t, p) for t, p in ends])
             for tp in at:
-                if tp.offset >= ends[(tp.topic, tp.partition)]:
-                    del ends[(tp.topic, tp.partition)]
+                key = (tp.topic, tp.partition)
+                if tp.offset >= ends[key] or tp.partition not in self._loaded:
+                    del ends[key]  # read to the end, or revoked meanwhile
             serve()
         self.shelf.release(new)
 
@@ -224,7 +248,8 @@ class Tiers:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._read()
+                if not self._read():
+                    self._stop.wait(_AGAIN_S)
                 entry = self.shelf.take(_READ_S)
                 while entry is not None:
                     self._pool.submit(self._call, entry)
@@ -235,16 +260,27 @@ class Tiers:
                 self._host.report("retry tiers failed; trying again", exc)
                 self._stop.wait(_AGAIN_S)
 
-    def _read(self) -> None:
+    def _read(self) -> bool:
         """One read of the tiers: each copy read goes on the shelf before the lock is let go
-        (so ``load`` knows that what its reader consumed is on the shelf)."""
+        (so ``load`` knows that what its reader consumed is on the shelf). ``False`` when a
+        copy could not be taken (reported; read again from it later)."""
         if not self._loaded:
             self._stop.wait(_READ_S)
-            return
+            return True
         with self._reader_lock:
             for msg in self._reader.consume(500, timeout=_READ_S):
-                if msg.error() is None:
+                if msg.error() is not None:
+                    continue
+                try:
                     self._arrived(msg)
+                except Exception as exc:
+                    where = TopicPartition(
+                        msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+                    )
+                    self._reader.seek(where)  # this copy and the rest of the batch come again
+                    self._host.report(f"retry tiers: could not take the copy at {where}", exc)
+                    return False
+        return True
 
     def _arrived(self, msg: Message) -> None:
         tier = self._tier_of.get(msg.topic() or "")
@@ -279,22 +315,40 @@ class Tiers:
             self.shelf.done(entry)
 
     def _failed(self, entry: Entry, error: BaseException) -> None:
+        if entry.dropped:
+            return  # its partition was revoked: the next owner calls it again
         ran_before = entry.attempts > 0
         entry.attempts += 1
         tier = entry.tier + 1 if ran_before else 0  # a parked record starts at the first tier
         log.info("retry of %r failed (attempt %d): %r", entry.record, entry.attempts, error)
         if tier < len(self.topics):
+            self._move(entry, tier)
+        else:
+            self._give_up(entry, error)
 
-            def moved(exc: BaseException | None) -> None:
-                if exc is None:
-                    self.shelf.moved(entry, tier)
-                else:
-                    self._host.report(f"could not move {entry.record!r} to a retry tier", exc)
-                    self.shelf.failed_again(entry, time.time() + _AGAIN_S)
+    def _move(self, entry: Entry, tier: int) -> None:
+        """Copy ``entry`` to ``tier``; a failed write is tried again (the call is not)."""
+        self.shelf.moving(entry, tier)
 
-            self._write(entry, tier, moved)
-            return
-        self._give_up(entry, error)
+        def moved(exc: BaseException | None) -> None:
+            if exc is None:
+                self.shelf.moved(entry)
+            else:
+                self._host.report(f"could not move {entry.record!r} to a retry tier", exc)
+                self._later(self._move, entry, tier)
+
+        self._write(entry, tier, moved)
+
+    def _later(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call ``fn(*args)`` after a pause, unless closing or the entry's partition went."""
+
+        def again() -> None:
+            if not self._stop.is_set() and not args[0].dropped:
+                fn(*args)
+
+        timer = threading.Timer(_AGAIN_S, again)
+        timer.daemon = True
+        timer.start()
 
     def _give_up(self, entry: Entry, error: BaseException) -> None:
         record, target = entry.record, self._dead_letter
@@ -309,7 +363,7 @@ class Tiers:
                 self.shelf.done(entry)
             else:
                 self._host.report(f"dead letter for {record!r} failed; trying again", exc)
-                self.shelf.failed_again(entry, time.time() + _AGAIN_S)
+                self._later(self._give_up, entry, error)
 
         if isinstance(target, Publisher):
             source = f"{self._host.topic}/{entry.partition}/{entry.origin}"
@@ -326,8 +380,8 @@ class Tiers:
             sent(None, None)
 
     def confirm(self, only: set[int] | None = None) -> None:
-        """Confirm each tier partition up to its first unfinished copy, if that moved (on the
-        receiver's fetch thread, like every confirm: it holds the subscriber's lock)."""
+        """Confirm each tier partition up to its first unfinished copy, if that moved. The
+        commit takes the subscriber's lock, so no lock of these tiers is held meanwhile."""
         with self._confirm_lock:
             held = self._host.assigned()
             moved = {
@@ -337,15 +391,17 @@ class Tiers:
                 and k[1] in held
                 and s > self._confirmed.get(k, -1)
             }
-            if not moved:
-                return
-            tps = [TopicPartition(self.topics[t], p, s + 1) for (t, p), s in moved.items()]
-            try:
-                self._host.commit_to(tps)
-            except Exception as exc:  # the next round tries again
-                self._host.report("retry tiers: confirm failed", exc)
-                return
-            self._confirmed.update(moved)
+        if not moved:
+            return
+        tps = [TopicPartition(self.topics[t], p, s + 1) for (t, p), s in moved.items()]
+        try:
+            self._host.commit_to(tps)
+        except Exception as exc:  # the next round tries again
+            self._host.report("retry tiers: confirm failed", exc)
+            return
+        with self._confirm_lock:
+            for key, safe in moved.items():
+                self._confirmed[key] = max(safe, self._confirmed.get(key, -1))
 
     # -- closing -----------------------------------------------------------------------------
 
