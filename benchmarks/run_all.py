@@ -37,6 +37,7 @@ KNOWN = (
     "load",
     "resequencer",
     "parallel",
+    "retries",
     "avro",
     "eos",
     "outbox",
