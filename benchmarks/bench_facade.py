@@ -158,6 +158,38 @@ def raw_publish(cluster: Cluster, topic: str, payload: bytes, count: int) -> flo
     return count / elapsed
 
 
+def raw_publish_batch(
+    cluster: Cluster, topic: str, payload: bytes, count: int, batch: int = 1000
+) -> float:
+    """Records/s with ``Producer.produce_batch`` of ``batch`` records and one delivery callback
+    for all: the ceiling of ``publish_many`` (confluent-kafka's own batch call)."""
+    producer = _raw_producer(cluster)
+    producer.produce(topic, payload, partition=0)
+    producer.flush(10)
+    acked = 0
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal acked
+        if err is None:
+            acked += 1
+
+    start = time.perf_counter()
+    for first in range(0, count, batch):
+        messages = [{"value": payload} for _ in range(min(batch, count - first))]
+        while messages:
+            taken = producer.produce_batch(topic, messages, partition=0, on_delivery=on_delivery)
+            if taken == len(messages):
+                break
+            # A full queue refuses the rest of the batch: offer it again once there is room.
+            messages = [{"value": payload} for m in messages if "_error" in m]
+            producer.poll(0.01)
+    producer.flush(_PHASE_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if acked != count:
+        raise RuntimeError(f"raw produce_batch: {acked} of {count} records acknowledged")
+    return count / elapsed
+
+
 def bolide_publish(cluster: Cluster, stream: StreamConfig, payload: bytes, count: int) -> float:
     """Records/s until all ``count`` records are acknowledged and their futures resolved.
 
@@ -254,21 +286,85 @@ def bolide_poll(cluster: Cluster, stream: StreamConfig, total: int) -> float:
         return total / (time.perf_counter() - start)
 
 
+def raw_poll_grouped(cluster: Cluster, topic: str, total: int) -> float:
+    """Records/s of a consumer group's one member (``subscribe``, from the log start) reading
+    ``total`` records with ``consume``, timed from its assignment, as ``raw_poll`` is from its
+    ``assign``: records read while the join was served are counted then."""
+    assigned = threading.Event()
+    consumer = Consumer(
+        cluster.client_config(
+            CONSUMER_DEFAULTS,
+            {"group.id": f"bench-raw-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"},
+        )
+    )
+
+    def on_assign(member: Consumer, partitions: list[TopicPartition]) -> None:
+        # From the log start read beforehand, as bolide's subscriber positions itself: no
+        # committed-offset or offset-reset lookup left for the timed part.
+        member.assign([TopicPartition(p.topic, p.partition, low) for p in partitions])
+        assigned.set()
+
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.subscribe([topic], on_assign=on_assign)
+        early: list[Any] = []
+        deadline = time.monotonic() + _PHASE_TIMEOUT_S
+        while not assigned.is_set():
+            early += consumer.consume(1000, 0.01)
+            _check_deadline(deadline, "raw group join")
+        start = time.perf_counter()
+        seen = 0
+        while seen < total:
+            batch, early = early or consumer.consume(min(1000, total - seen), 1.0), []
+            for msg in batch:
+                if msg.error() is None:
+                    msg.value()
+                    seen += 1
+            _check_deadline(deadline, "raw grouped poll")
+        return total / (time.perf_counter() - start)
+    finally:
+        consumer.close()
+
+
+def bolide_poll_grouped(cluster: Cluster, stream: StreamConfig, total: int) -> float:
+    """Records/s of a subscriber group's one member with ``poll``, timed from its
+    assignment (``is_assigned`` serves the join; what it read comes with the first poll)."""
+    config = SubscriberConfig(
+        stream=stream,
+        group=f"bench-bolide-{uuid.uuid4().hex}",
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+    )
+    with Subscriber(cluster, config) as sub:
+        deadline = time.monotonic() + _PHASE_TIMEOUT_S
+        while not sub.is_assigned():
+            time.sleep(0.01)
+            _check_deadline(deadline, "bolide group join")
+        seen = 0
+        start = time.perf_counter()
+        while seen < total:
+            for record in sub.poll(1000):
+                record.data  # noqa: B018
+                seen += 1
+            _check_deadline(deadline, "bolide grouped poll")
+        return total / (time.perf_counter() - start)
+
+
 def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> list[Row]:
     """Best-of-``repeat`` publish and poll throughput, raw and bolide runs alternating."""
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    best = {
-        "raw_pub": 0.0,
-        "bolide_pub": 0.0,
-        "bolide_many": 0.0,
-        "bolide_produce": 0.0,
-        "raw_poll": 0.0,
-        "bolide_poll": 0.0,
-    }
+    best = dict.fromkeys(
+        ("raw_pub", "raw_batch", "bolide_pub", "bolide_many", "bolide_produce", "raw_poll",
+         "bolide_poll", "raw_grouped", "bolide_grouped"),
+        0.0,
+    )  # fmt: skip
     for _ in range(repeat):
         raw_stream = _fresh_topic(cluster, "raw")
         best["raw_pub"] = max(
             best["raw_pub"], raw_publish(cluster, raw_stream.name, payload, count)
+        )
+        batch_topic = _fresh_topic(cluster, "raw-batch").name
+        best["raw_batch"] = max(
+            best["raw_batch"], raw_publish_batch(cluster, batch_topic, payload, count)
         )
         for key, publish in (
             ("bolide_pub", bolide_publish),
@@ -280,12 +376,21 @@ def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> list[Row
         # Both read the same topic (count + 1 warm-up record each).
         best["raw_poll"] = max(best["raw_poll"], raw_poll(cluster, raw_stream.name, count + 1))
         best["bolide_poll"] = max(best["bolide_poll"], bolide_poll(cluster, raw_stream, count + 1))
+        best["raw_grouped"] = max(
+            best["raw_grouped"], raw_poll_grouped(cluster, raw_stream.name, count + 1)
+        )
+        best["bolide_grouped"] = max(
+            best["bolide_grouped"], bolide_poll_grouped(cluster, raw_stream, count + 1)
+        )
     return [
         Row("publish", size, "records/s", best["raw_pub"], best["bolide_pub"], True),
         Row("publish_many", size, "records/s", best["raw_pub"], best["bolide_many"], True),
+        Row("publish_many vs produce_batch", size, "records/s", best["raw_batch"],
+            best["bolide_many"], True),
         Row("produce", size, "records/s", best["raw_pub"], best["bolide_produce"], True),
         Row("poll", size, "records/s", best["raw_poll"], best["bolide_poll"], True),
-    ]
+        Row("poll grouped", size, "records/s", best["raw_grouped"], best["bolide_grouped"], True),
+    ]  # fmt: skip
 
 
 # -- latency ----------------------------------------------------------------------------------

@@ -16,27 +16,26 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.deliveries import (
+    PARTITION_UNASSIGNED,
     REFUSED,
     Batch,
     Delivery,
+    FutureDelivery,
     Outstanding,
     PublishCallback,
+    batch_messages,
+    send_batch,
 )
-from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade._internal.transactions import Transactions, TransactionSource
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
+from bolide.facade.record import MESSAGE_GROUP_HEADER, Record, headers_or_none
 from bolide.facade.telemetry import TELEMETRY
 
 __all__ = ["PublishCallback", "Publisher"]
 
 log = logging.getLogger(__name__)
-
-
-#: librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose from the key.
-_PARTITION_UNASSIGNED = -1
 
 
 class Publisher(Closing):
@@ -88,9 +87,9 @@ class Publisher(Closing):
         self._group_key = group.encode() if group else None
         self._topic = self.stream.name
         # A single-partition stream names its partition; otherwise the key's partitioner picks.
-        self._partition = 0 if self.partitions == 1 else _PARTITION_UNASSIGNED
+        self._partition = 0 if self.partitions == 1 else PARTITION_UNASSIGNED
         self._closed = threading.Event()
-        self._closing = threading.Event()
+        self._closing = False  # set once by close: records offered from then on are refused
         # Records handed to the producer and not yet resolved: close fails any left over.
         self._outstanding = Outstanding(self._topic, self._txn)
         # Held from a publish call's closing check until its records are in the producer; close
@@ -146,14 +145,14 @@ class Publisher(Closing):
             PublishError: The publisher is closed.
         """
         rec = record if type(record) is Record else self._to_record(record)
-        future: Future[int] = DeliveryFuture()  # already running: it cannot be cancelled
+        # Already running (it cannot be cancelled), and its record's delivery report too.
+        future = FutureDelivery(self._outstanding, rec, callback)
         with self._gate:
-            if self._closing.is_set():
+            if self._closing:
                 raise self._refused(rec)
-            delivery = Delivery(self._outstanding, rec, future, callback)
             # Tracked before produce: its report may be served on the poller thread at once.
-            self._outstanding.add(delivery)
-            self._send(rec, delivery)
+            self._outstanding.add(future)
+            self._send(rec, future)
         return future
 
     def produce(self, record: Record | Any, on_delivery: PublishCallback | None = None) -> None:
@@ -171,9 +170,9 @@ class Publisher(Closing):
         """
         rec = record if type(record) is Record else self._to_record(record)
         with self._gate:
-            if self._closing.is_set():
+            if self._closing:
                 raise self._refused(rec)
-            delivery = Delivery(self._outstanding, rec, None, on_delivery)
+            delivery = Delivery(self._outstanding, rec, on_delivery)
             self._outstanding.add(delivery)
             self._send(rec, delivery)
 
@@ -181,9 +180,9 @@ class Publisher(Closing):
         """``produce`` without waiting for room: ``False`` (nothing accepted) when the local
         queue is full, so that an asyncio caller waits for room on its loop instead."""
         with self._gate:
-            if self._closing.is_set():
+            if self._closing:
                 raise self._refused(rec)
-            delivery = Delivery(self._outstanding, rec, None, on_delivery)
+            delivery = Delivery(self._outstanding, rec, on_delivery)
             self._outstanding.add(delivery)
             if self._send(rec, delivery, wait=False):
                 return True
@@ -211,11 +210,20 @@ class Publisher(Closing):
             return future
         batch = Batch(self._outstanding, recs, future)
         with self._gate:
-            if self._closing.is_set():
+            if self._closing:
                 raise self._refused(recs[0])
             self._outstanding.add(batch)
-            for index, rec in enumerate(recs):
-                self._send(rec, partial(batch.report, index))
+            # One produce_batch call where the batch allows it: no per-record Python call.
+            messages = None
+            spans = TELEMETRY is not None and TELEMETRY.live()
+            if not spans and self.group is None:  # no send span, no group header
+                messages = batch_messages(batch, self._topic, self._default_key, self._partition)
+            if messages is None:
+                for index, rec in enumerate(recs):
+                    self._send(rec, partial(batch.report, index))
+            else:
+                send_batch(self._producer, self._topic, self._partition, messages, batch,
+                           lambda: self._closing)  # fmt: skip
         return future
 
     def _refused(self, rec: Record) -> PublishError:
@@ -236,13 +244,13 @@ class Publisher(Closing):
             rec.group = self.group
             key = self._group_key
         # Any: produce() types its headers as a list of (str, str | bytes | None) pairs.
-        headers: Any = rec.headers or None
+        headers: Any = headers_or_none(rec)
         if rec.group is not None:
             # One group header, even for a record that was read and is published again.
-            headers = [h for h in rec.headers if h[0] != MESSAGE_GROUP_HEADER]
+            headers = [h for h in headers or () if h[0] != MESSAGE_GROUP_HEADER]
             headers.append((MESSAGE_GROUP_HEADER, rec.group.encode()))
         untaken: Callable[[], None] | None = None
-        if TELEMETRY is not None:  # a send span; its context goes in the headers
+        if TELEMETRY is not None and TELEMETRY.live():  # a send span; context in the headers
             headers, report, untaken = TELEMETRY.send(self._topic, rec, headers, report)
         partition = self._partition
         if rec.partition is not None and rec.offset is None:  # Record(..., partition=p)
@@ -268,7 +276,7 @@ class Publisher(Closing):
                     if untaken is not None:
                         untaken()  # offered again later, in a span of its own
                     return False
-                if self._closing.is_set():
+                if self._closing:
                     report(REFUSED, None)
                     return True
                 self._producer.poll(0.01)
@@ -355,9 +363,9 @@ class Publisher(Closing):
         ``close`` is either accepted before the flush or refused with ``PublishError``.
         """
         with self._close_once:
-            if self._closing.is_set():
+            if self._closing:
                 return
-            self._closing.set()  # refuse new records first, so the flush below covers them all
+            self._closing = True  # refuse new records first, so the flush below covers them all
         # Callers past the check are producing (or give up waiting for room): let them end.
         with self._gate:
             pass

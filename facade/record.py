@@ -15,6 +15,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "group_from_headers",
+    "headers_or_none",
     "normalize_headers",
     "record_from_message",
     "trusted_record",
@@ -82,10 +83,10 @@ class Record:
     """
 
     __slots__ = (
+        "_headers",
         "data",
         "delivery_count",
         "group",
-        "headers",
         "key",
         "offset",
         "partition",
@@ -134,7 +135,7 @@ class Record:
         self.data: bytes | None = data
         self.group = group
         self.key: bytes | None = key if key is not None else (group.encode() if group else None)
-        self.headers: Headers = [] if headers is None else normalize_headers(headers)
+        self._headers: Headers | None = None if headers is None else normalize_headers(headers)
         self.offset: int | None = None
         self.partition: int | None = partition
         self.timestamp_ms: int | None = None
@@ -143,10 +144,25 @@ class Record:
         self.stream: str | None = None
         self.value: Any = None
 
+    @property
+    def headers(self) -> Headers:
+        """The headers, a list of ``(str, bytes)`` pairs the record owns (repeated names
+        allowed); empty when there are none."""
+        # Made on first use: most records have no headers, and every list the collector must
+        # track costs reads and publishes more than the list itself (docs/performance.md).
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = []
+        return headers
+
+    @headers.setter
+    def headers(self, headers: Headers) -> None:
+        self._headers = headers
+
     def header(self, name: str) -> bytes | None:
         """Return the last value of header ``name``, or ``None``."""
         found = None
-        for key, value in self.headers:
+        for key, value in self._headers or ():
             if key == name:
                 found = value
         return found
@@ -166,7 +182,7 @@ class Record:
         return (
             self.data == other.data
             and self.key == other.key
-            and self.headers == other.headers
+            and (self._headers or []) == (other._headers or [])
             and self.offset == other.offset
             and self.partition == other.partition
             and self.stream == other.stream
@@ -208,6 +224,11 @@ class RecordBatch(Sequence[Record]):
         return f"RecordBatch({len(self._records)} records)"
 
 
+def headers_or_none(record: Record) -> Headers | None:
+    """``record``'s headers, or ``None`` when it has none (without making an empty list)."""
+    return record._headers or None
+
+
 def group_from_headers(headers: Headers) -> str | None:
     """The message group a ``bolide.group`` header names, or ``None``."""
     for name, value in headers:
@@ -247,7 +268,7 @@ def trusted_record(
     record: Record = _new(Record)
     record.data = data
     record.key = key
-    record.headers = headers
+    record._headers = headers
     record.group = group_from_headers(headers) if headers else None
     record.stream = stream
     record.partition = partition
@@ -285,10 +306,10 @@ def record_from_message(msg: Message, topic: str | None = None) -> Record:
                 break
             if group is None and name == MESSAGE_GROUP_HEADER:
                 group = value.decode(errors="replace")
-        record.headers = pairs  # type: ignore[assignment]  # no null values left
+        record._headers = pairs  # type: ignore[assignment]  # no null values left
         record.group = group
     else:
-        record.headers = []
+        record._headers = None  # an empty list is made if it is ever asked for
         record.group = None
     record.stream = topic if topic is not None else msg.topic()
     record.partition = msg.partition()

@@ -9,21 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_eos, bench_facade, bench_load, run_all
+from benchmarks import bench_eos, bench_facade, bench_load, bench_outbox, run_all
 from bolide.facade import Cluster
 from bolide.facade.cli.main import main as cli_main
 
 _TINY = ["--count", "200", "--repeat", "1", "--latency-samples", "5", "--round-trips", "5"]
 
 _EXPECTED = {
-    ("publish", 100),
-    ("publish_many", 100),
-    ("produce", 100),
-    ("poll", 100),
-    ("publish", 1024),
-    ("publish_many", 1024),
-    ("produce", 1024),
-    ("poll", 1024),
+    *(
+        (metric, size)
+        for size in (100, 1024)
+        for metric in (
+            "publish",
+            "publish_many",
+            "publish_many vs produce_batch",
+            "produce",
+            "poll",
+            "poll grouped",
+        )
+    ),
     ("latency p50", 100),
     ("latency p99", 100),
     ("latency p50", 1024),
@@ -102,6 +106,29 @@ def test_exactly_once_benchmark_reports_ratios(
     for row in doc["rows"]:
         assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("baseline_rec_s", "eos_rec_s"))
     assert "eos" in run_all.available() and "eos" in run_all.KNOWN
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_outbox_benchmark_reports_each_relay_against_publish_async(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    assert bench_outbox.main(["--bootstrap", cluster.bootstrap_servers, "--json", "--quick"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["benchmark"] == "outbox" and doc["data"]["records"] == 500
+    ratios = {r["metric"]: r for r in doc["ratios"]}
+    assert set(ratios) == {
+        f"{mode} relay, {database}"
+        for mode in ("at least once", "transactional")
+        for database in ("sqlite", "postgresql")
+    }
+    for row in ratios.values():
+        assert row["reference"] == "publish_async" and row["target"] is not None
+        assert row["reference_value"] > 0 and row["bolide_value"] > 0, row
+    assert "outbox" in run_all.available() and "outbox" in run_all.KNOWN
 
 
 def test_runner_notes_missing_benchmarks_and_rejects_unknown_names(

@@ -7,8 +7,9 @@ one, so with tens of thousands in flight the collector, not Kafka, sets the publ
 resolves without it when nobody has asked.
 
 It relies on the attributes ``concurrent.futures.Future`` has kept since Python 3.2
-(``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``);
-the state names are read off futures driven through the public API.
+(``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``,
+the last two only ever used under ``_condition``, so they are made with it); the state names
+are read off futures driven through the public API.
 Creating the condition and resolving without it exclude each other (one small lock), so a
 waiter either finds the future finished or is woken by ``Future.set_result`` as usual.
 """
@@ -48,13 +49,19 @@ _CREATE = threading.Lock()
 class DeliveryFuture(Future[int]):
     """A running future for one record's offset; its condition is made on first use."""
 
-    def __init__(self) -> None:  # Future.__init__ is skipped on purpose: no condition yet
-        self._cond: threading.Condition | None = None
-        self._state = RUNNING  # a record handed to the producer can no longer be cancelled
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks: list[Callable[[Future[int]], object]] = []
+    # Until the condition exists nobody waits or listens: the lists of waiters and callbacks
+    # are made with it (every use of them takes the condition first), and until then these
+    # empty tuples stand in, so that a future nobody waits on is one object for the collector.
+    _waiters: Any = ()
+    _done_callbacks: Any = ()
+    _result: Any = None
+    _exception: BaseException | None = None
+    _cond: threading.Condition | None = None
+    _state = RUNNING  # a record handed to the producer can no longer be cancelled
+
+    def __init__(self) -> None:
+        """Future.__init__ is skipped on purpose: no condition yet, and every field starts
+        at its class default (a subclass need not call this)."""
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]  # an attribute in Future
@@ -63,6 +70,8 @@ class DeliveryFuture(Future[int]):
             with _CREATE:
                 cond = self._cond
                 if cond is None:
+                    self._waiters = []
+                    self._done_callbacks: list[Callable[[Future[int]], object]] = []
                     cond = self._cond = threading.Condition()
         return cond
 

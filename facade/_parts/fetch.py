@@ -298,7 +298,8 @@ class Fetcher:
         the first message that needs them sends it and the rest to the pending queue. A batch
         holds runs of one partition's consecutive offsets: the expected offset is kept in a
         local while a run lasts, and the positions (``read``, next, the gap check's expected)
-        are written once per run, before anything else reads them.
+        are written once per run, before anything else reads them. Each message delivered is
+        dropped from ``msgs`` at once: the garbage collector then never finds it alive.
         """
         if not self._plain or self._positions.holds.holding("user"):
             self.pending.extend(msgs)
@@ -341,6 +342,7 @@ class Fetcher:
                     if refetch:
                         self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != run)
                         return
+                msgs[index] = None  # type: ignore[call-overload]  # let go at once
                 append(record)
                 last = offset
                 expected = offset + 1

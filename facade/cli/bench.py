@@ -21,6 +21,7 @@ from bolide.facade.errors import BolideError
 __all__ = ["benchmarks_dir", "load_benchmarks", "register"]
 
 _PACKAGE = "benchmarks"
+_PEERS_BENCHMARK = "peers"
 
 
 def benchmarks_dir() -> Path:
@@ -68,6 +69,9 @@ def load_benchmarks(folder: Path | None = None) -> ModuleType:
 def _bench(args: argparse.Namespace) -> int:
     run_all = load_benchmarks(Path(args.dir) if args.dir else None)
     argv: list[str] = []
+    if args.peers:
+        _check_peers()  # before the broker starts: a missing peer is a usage error
+        argv += ["--only", _PEERS_BENCHMARK]
     for name in args.only or []:
         argv += ["--only", name]
     for name in args.skip or []:
@@ -83,6 +87,21 @@ def _bench(args: argparse.Namespace) -> int:
     if args.engine != "auto":
         os.environ["BOLIDE_ENGINE"] = args.engine  # what EmbeddedBroker(engine="auto") runs
     return int(run_all.main(argv))
+
+
+def _check_peers() -> None:
+    """Raise ``BolideError`` naming the install command when a peer client is missing (or the
+    checkout has no peers benchmark)."""
+    try:
+        peers = importlib.import_module(f"{_PACKAGE}.bench_{_PEERS_BENCHMARK}")
+    except ImportError as exc:
+        raise BolideError(f"no peers benchmark in this checkout: {exc}") from exc
+    missing: list[str] = peers.missing_peers()
+    if missing:
+        raise BolideError(
+            f"--peers compares bolide with other Python Kafka clients; {', '.join(missing)} "
+            "not installed: pip install 'bolide[bench]'"
+        )
 
 
 def register(subparsers: Any) -> None:
@@ -102,6 +121,14 @@ def register(subparsers: Any) -> None:
         help="run only this benchmark (facade, meteor, store, spark, ...); repeatable",
     )
     bench.add_argument("--skip", action="append", metavar="NAME", help="leave this one out")
+    bench.add_argument(
+        "--peers",
+        action="store_true",
+        help=(
+            "compare bolide with aiokafka, kafka-python and FastStream on the same work "
+            "(the peers benchmark, with any --only; needs pip install 'bolide[bench]')"
+        ),
+    )
     bench.add_argument(
         "--quick", action="store_true", help="tiny counts: a smoke run, figures not meaningful"
     )
