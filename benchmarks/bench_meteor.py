@@ -53,7 +53,7 @@ from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_top
 __all__ = ["bench", "main", "run"]
 
 NAME = "meteor"
-TARGET = 1.0
+TARGET = 1.5
 _TIMEOUT_S = 180.0
 
 

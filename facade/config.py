@@ -243,6 +243,12 @@ class SubscriberConfig:
             ``share.record.lock.duration.ms``, ``share.delivery.count.limit``), set on the
             group when the subscriber starts; ``initial_offset_scheme`` sets
             ``share.auto.offset.reset``.
+        shared_fetch_bytes: An ungrouped subscriber (without a serde or a durable id) reads
+            from the process's shared fetch of its stream: one consumer per stream and process
+            keeps what it read in a ring of this many bytes (split among the partitions), and
+            every such subscriber reads the ring from its own position, falling back to its
+            own consumer where the ring does not hold it (docs/performance.md#shared-fetch).
+            Subscribers share records: treat them as read-only. ``0`` reads alone.
     """
 
     stream: StreamConfig | None = None
@@ -267,6 +273,7 @@ class SubscriberConfig:
     positions: PositionStore | None = field(default=None, compare=False)
     share_group: str | None = None
     share_group_config: Mapping[str, Any] = field(default_factory=dict)
+    shared_fetch_bytes: int = 4 * 1024 * 1024
 
     __repr__ = safe_repr
 
@@ -293,6 +300,7 @@ class SubscriberConfig:
             if self.group is not None:
                 raise ValueError("durable_id and group contradict: a durable client has its own")
         check_seconds("durable_timeout_s", self.durable_timeout_s)
+        check_int("shared_fetch_bytes", self.shared_fetch_bytes, minimum=0)
         self._check_share()
         if not self.grouped and self.initial_offset_scheme is InitialOffsetScheme.NONE:
             raise InvalidInitialOffsetSchemeError(

@@ -3,7 +3,8 @@
 Several parts of a subscriber stop Kafka fetching a partition for a while, each for its own
 reason: the history splice (records below Kafka's log start are read from the store first), a
 durable client's replay (live records held back until the replay ends), a parallel receiver's
-throttle (enough in flight) and the application (``Subscriber.pause``). A partition is paused
+throttle (enough in flight), the application (``Subscriber.pause``) and the shared fetch
+(the partition is read from the process's shared ring, not by this consumer). A partition is paused
 while any reason holds it and resumed when the last one lets go, so no part resumes what
 another paused. Kafka forgets the pause of a partition it moves: so do ``drop`` and a new
 assignment (``reapply`` pauses again what is still held).
@@ -20,9 +21,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 __all__ = ["Holds", "Why"]
 
 #: Why a partition is held: the history splice, a durable replay, a receiver's throttle, the
-#: application.
-Why: TypeAlias = Literal["history", "replay", "throttle", "user"]
-_REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "user")
+#: application, the shared fetch.
+Why: TypeAlias = Literal["history", "replay", "throttle", "user", "shared"]
+_REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "user", "shared")
 
 
 class Holds:
@@ -66,6 +67,10 @@ class Holds:
     def held(self) -> frozenset[int]:
         """The partitions any reason holds: those Kafka does not fetch."""
         return frozenset().union(*self._by.values())
+
+    def held_except(self, why: Why) -> frozenset[int]:
+        """The partitions a reason other than ``why`` holds."""
+        return frozenset().union(*(parts for w, parts in self._by.items() if w != why))
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget every hold on ``partitions``: they were given up (Kafka forgets their pause)."""

@@ -17,12 +17,15 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from bolide.facade._parts.decoding import Decoder
 from bolide.facade._parts.positions import Positions, Report
+from bolide.facade._parts.shared_fetch import RingReader, reader
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import SerializationError
 from bolide.facade.record import Record, RecordBatch, record_from_message
 
 __all__ = ["Fetcher", "Polled"]
+
+_MIXED_WAIT_S = 0.01  # longest own-consumer wait while other partitions read the shared ring
 
 
 @dataclass(slots=True)
@@ -88,6 +91,12 @@ class Fetcher:
         self._durable = durable
         # The common case (no serde, no durable replay) skips the per-record checks.
         self._plain = self._decoder is None and durable is None
+        # Such an ungrouped subscriber reads through the process's shared fetch, joined on
+        # its first read from Kafka (shared_fetch.RingReader).
+        self._sharing = self._plain and not self._grouped and config.shared_fetch_bytes > 0
+        self._cluster, self._config = cluster, config
+        self._ring: RingReader | None = None
+        self._ringed: set[int] = set()  # partitions read from the shared ring
         self._report = report
         self._lease_expired = lease_expired
         # Raised by the next poll, with the positions it counts as read once raised.
@@ -224,9 +233,12 @@ class Fetcher:
                 last_read.pop(p, None)
 
     def close(self) -> None:
-        """Release the dead letter publisher."""
+        """Release the dead letter publisher and the shared fetch."""
         if self._decoder is not None:
             self._decoder.close()
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
     # -- gathering ---------------------------------------------------------------------------
 
@@ -263,6 +275,21 @@ class Fetcher:
                     if time.monotonic() >= deadline:
                         return
                     continue
+                if self._sharing:
+                    ring = self._ring or self._join()
+                    took, seq, alone = ring.take(out, read, limit)
+                    if took:
+                        continue
+                    if alone:  # the own consumer fetches nothing: wait for the ring
+                        if out or time.monotonic() >= deadline:
+                            return
+                        ring.wait(seq, wait)
+                        msg = self._consumer.poll(0)  # serves the own consumer's callbacks
+                        if msg is not None:
+                            self.pending.append(msg)
+                        continue
+                    if self._ringed:
+                        wait = min(wait, _MIXED_WAIT_S)
                 msgs = self._consumer.consume(1, wait) if not out else []
                 if msgs and len(out) + 1 < limit:
                     msgs += self._consumer.consume(limit - len(out) - 1, 0)
@@ -283,6 +310,12 @@ class Fetcher:
                 raise record
             if record is not None:
                 out.append(record)
+
+    def _join(self) -> RingReader:
+        """Join the subscribers of the stream that may share a fetch."""
+        self._ring = reader(self._cluster, self._config, self._consumer, self._positions)
+        self._ringed = self._ring.ringed
+        return self._ring
 
     def _requeue(self, out: list[Record]) -> None:
         """Put records gathered by an interrupted call back in front, positions with them."""
@@ -305,7 +338,7 @@ class Fetcher:
             self.pending.extend(msgs)
             return
         next_offsets, fetched = self._next, self._gaps.expected
-        assigned, grouped, topic = self._assigned, self._grouped, self._topic
+        assigned, grouped, topic, ringed = self._assigned, self._grouped, self._topic, self._ringed
         append = out.append
         run = -1  # partition of the current run (-1: none, or a partition to skip)
         expected: int | None = None  # next offset expected in the run (None: not known yet)
@@ -321,7 +354,8 @@ class Fetcher:
                         read[run] = last
                         next_offsets[run] = fetched[run] = last + 1
                         last = -1
-                    if partition is None or (grouped and partition not in assigned):
+                    gone = partition not in assigned if grouped else partition in ringed
+                    if partition is None or gone:  # not held, or read from the shared ring
                         run = -1
                         continue
                     run, expected = partition, fetched.get(partition)
@@ -381,6 +415,8 @@ class Fetcher:
         if isinstance(item, Record):
             record = item
         else:
+            if self._ringed and item.partition() in self._ringed:
+                return None  # fetched before its pause: the shared ring delivers it
             err = item.error()
             if err is not None:
                 self._on_error(item, err)
