@@ -53,7 +53,7 @@ _MIN_RING = 64 << 10  # a partition's ring holds at least this many bytes
 _STALL_S = 2.0  # a reader this long without a read no longer holds a ring's records
 
 _shares: dict[tuple[Any, ...], _Share] = {}
-_shares_lock = threading.Lock()
+_shares_lock = threading.RLock()  # a collected reader may leave from inside a locked call
 
 
 class _Ring:
@@ -182,12 +182,13 @@ class SharedFetch:
                 ring.readers.pop(reader, None)
         self.room.set()
 
-    def stop(self) -> None:
-        """Stop the thread and close the consumer; readers go back to their own."""
+    def stop(self, wait: bool) -> None:
+        """Stop the thread (which closes the consumer), waiting for it when ``wait``; readers
+        go back to their own consumers."""
         self._stop.set()
-        if threading.current_thread() is not self._thread:
+        if wait and threading.current_thread() is not self._thread:
             self._thread.join(10.0)
-        self._fail(list(self.rings))
+        self._mark_failed(self.rings)
 
     def _run(self) -> None:
         consumer = self._consumer
@@ -262,15 +263,18 @@ class SharedFetch:
             self.full = {p for p in self.full if self.rings[p].trim(self._limit, now)}
 
     def _fail(self, partitions: Collection[int]) -> None:
+        """The shared consumer gives ``partitions`` up (its thread only)."""
+        self._mark_failed(partitions)
+        with contextlib.suppress(KafkaException, RuntimeError):  # stopping: nothing to pause
+            self._consumer.pause([TopicPartition(self.topic, p) for p in partitions])
+
+    def _mark_failed(self, partitions: Collection[int]) -> None:
         with self.cond:
             for p in partitions:
                 if p in self.rings:
                     self.rings[p].fail()
             self.seq += 1
             self.cond.notify_all()
-        # Closed, or stopping: it reads nothing more either way.
-        with contextlib.suppress(KafkaException, RuntimeError):
-            self._consumer.pause([TopicPartition(self.topic, p) for p in partitions])
 
 
 class _Share:
@@ -294,19 +298,21 @@ class _Share:
                 self.feed = SharedFetch(self.cluster, self.config, starts)
             return self.feed
 
-    def leave(self, reader: int) -> None:
-        """``reader`` closed (or was collected); below two readers the fetch stops."""
+    def leave(self, reader: int, wait: bool) -> None:
+        """``reader`` closed (``wait``: for the fetch to stop, if it does) or was collected;
+        below two readers the fetch stops."""
         with _shares_lock:
             self.readers -= 1
             feed = self.feed
-            if self.readers < 2:
+            stopping = feed is not None and self.readers < 2
+            if stopping:
                 self.feed = None
             if self.readers == 0 and _shares.get(self.key) is self:
                 del _shares[self.key]
         if feed is not None:
             feed.forget(reader)
-            if self.feed is None:
-                feed.stop()
+            if stopping:
+                feed.stop(wait)
 
 
 def reader(
@@ -358,7 +364,7 @@ class RingReader:
         self._share = share
         self._feed: SharedFetch | None = None  # the fetch of the last take
         # Leaves once: on close, or when a subscriber never closed is collected.
-        self._left = weakref.finalize(self, share.leave, id(self))
+        self._left = weakref.finalize(self, share.leave, id(self), False)
         self._consumer = consumer
         self._positions = positions
         self._turn = 0  # the partition read first rotates: none waits behind the others
@@ -431,7 +437,8 @@ class RingReader:
 
     def close(self) -> None:
         """The subscriber closes: one reader fewer."""
-        self._left()
+        if self._left.detach() is not None:
+            self._share.leave(id(self), True)
 
     def _leave(self, partitions: list[int]) -> None:
         """Hand ``partitions`` back to the own consumer, from their delivery positions."""

@@ -89,6 +89,23 @@ def test_a_subscriber_behind_the_ring_reads_alone_then_joins_it(cluster, stream_
     assert stream.name not in active()
 
 
+def test_a_subscriber_that_stops_polling_does_not_hold_the_others(cluster, stream_factory) -> None:
+    stream = stream_factory()
+    small = {"shared_fetch_bytes": 1}
+    subs = [subscriber(cluster, stream, **small) for _ in range(3)]
+    try:
+        for sub in subs:
+            assert len(sub.poll(100)) == 0  # each on the ring, at its start
+        publish(cluster, stream, 2_000, size=200)
+        busy, idle = subs[:2], subs[2]
+        for sub in busy:  # the ring fills with what the idle one has not read, then moves on
+            check_all(drain(sub, 2_000), 2_000)
+        check_all(drain(idle, 2_000), 2_000)  # back: behind the ring, it reads alone
+    finally:
+        for sub in subs:
+            sub.close()
+
+
 def test_the_last_reader_but_one_goes_back_to_its_own_consumer(cluster, stream_factory) -> None:
     stream = stream_factory(partitions=2)
     publish(cluster, stream, 100)
