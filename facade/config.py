@@ -248,7 +248,8 @@ class SubscriberConfig:
             keeps what it read in a ring of this many bytes (split among the partitions), and
             every such subscriber reads the ring from its own position, falling back to its
             own consumer where the ring does not hold it (docs/performance.md#shared-fetch).
-            Subscribers share records: treat them as read-only. ``0`` reads alone.
+            Subscribers share records (``SharedRecord``): treat them as read-only; publishing
+            one publishes a copy. ``0`` reads alone.
     """
 
     stream: StreamConfig | None = None

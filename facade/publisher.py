@@ -30,7 +30,13 @@ from bolide.facade._internal.transactions import Transactions, TransactionSource
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.record import MESSAGE_GROUP_HEADER, Record, headers_or_none
+from bolide.facade.record import (
+    MESSAGE_GROUP_HEADER,
+    Record,
+    SharedRecord,
+    headers_or_none,
+    unshared,
+)
 from bolide.facade.telemetry import TELEMETRY
 
 __all__ = ["PublishCallback", "Publisher"]
@@ -117,7 +123,8 @@ class Publisher(Closing):
 
     def _to_record(self, item: Record | Any) -> Record:
         if isinstance(item, Record):
-            return item
+            # Shared by the subscribers of the process: stamp a copy, not what they read.
+            return unshared(item) if isinstance(item, SharedRecord) else item
         serde = self.config.serde
         if serde is None:
             if isinstance(item, bytes | bytearray | memoryview):

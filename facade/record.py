@@ -14,11 +14,13 @@ __all__ = [
     "HeadersInput",
     "Record",
     "RecordBatch",
+    "SharedRecord",
     "group_from_headers",
     "headers_or_none",
     "normalize_headers",
     "record_from_message",
     "trusted_record",
+    "unshared",
 ]
 
 #: Carries a record's message group (``Record.group``, the Kafka key), so that readers can tell
@@ -189,6 +191,24 @@ class Record:
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable: offset is set after publish
+
+
+class SharedRecord(Record):
+    """A record read through the shared fetch: one object for every subscriber of the process
+    that reads it (docs/performance.md#shared-fetch). Publishing it publishes a copy
+    (``unshared``), so the new offset stamped on delivery is not what the others read."""
+
+    __slots__ = ()
+
+
+def unshared(record: Record) -> Record:
+    """A plain ``Record`` with ``record``'s fields (and its own header list)."""
+    copy: Record = _new(Record)
+    for name in Record.__slots__:
+        setattr(copy, name, getattr(record, name))
+    if copy._headers is not None:
+        copy._headers = list(copy._headers)
+    return copy
 
 
 class RecordBatch(Sequence[Record]):

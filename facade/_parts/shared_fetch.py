@@ -40,7 +40,7 @@ from bolide.facade._parts.positions import Positions
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.kafka import CONSUMER_DEFAULTS, new_client
-from bolide.facade.record import Record, record_from_message
+from bolide.facade.record import Record, SharedRecord, record_from_message
 
 __all__ = ["RingReader", "SharedFetch", "active", "reader"]
 
@@ -92,10 +92,12 @@ class _Ring:
         first = self.offsets[lo] if lo < len(self.offsets) else self.end
         return first <= offset <= self.end
 
-    def read(self, offset: int, count: int) -> list[Record]:
-        """Up to ``count`` records from ``offset`` on (the ring covers it)."""
+    def read(self, offset: int, count: int) -> tuple[list[Record], int]:
+        """Up to ``count`` records from ``offset`` on (the ring covers it), and the offset of
+        the last one (read from the ring's own list: a record's fields are the reader's)."""
         at = bisect_left(self.offsets, offset, self.head - self.dropped)
-        return self.records[at : at + count]
+        records = self.records[at : at + count]
+        return records, self.offsets[at + len(records) - 1] if records else -1
 
     def add(self, offsets: list[int], records: list[Record], size: int) -> None:
         """Append one fetch of records (offsets above ``end``)."""
@@ -231,6 +233,7 @@ class SharedFetch:
                 skipped.add(partition)  # read again from the expected offset
                 continue
             record = record_from_message(msg, topic)
+            record.__class__ = SharedRecord  # published as a copy (record.unshared)
             run = runs.get(partition)
             if run is None:
                 run = runs[partition] = ([], [], [0])
@@ -413,10 +416,9 @@ class RingReader:
                 if partition not in ringed:
                     joining.append(partition)
                 room = limit - len(out)
-                records = ring.read(at, room) if room > 0 else []
+                records, last = ring.read(at, room) if room > 0 else ([], -1)
                 if records:
                     out += records
-                    last: int = records[-1].offset  # type: ignore[assignment]  # consumed
                     read[partition] = last
                     nexts[partition] = expected[partition] = at = last + 1
                     took = True

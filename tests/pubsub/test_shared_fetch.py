@@ -106,6 +106,31 @@ def test_a_subscriber_that_stops_polling_does_not_hold_the_others(cluster, strea
             sub.close()
 
 
+def test_a_record_one_subscriber_publishes_again_stays_what_the_others_read(
+    cluster, stream_factory
+) -> None:
+    stream, target = stream_factory(), stream_factory()
+    with (
+        subscriber(cluster, stream) as forwarder,
+        subscriber(cluster, stream) as reader,
+        Publisher(cluster, PublisherConfig(stream=target)) as pub,
+    ):
+        for sub in (forwarder, reader):
+            assert len(sub.poll(100)) == 0  # both on the shared fetch
+        publish(cluster, stream, 20)
+        read = drain(forwarder, 20)
+        pub.publish(Record(b"first"))  # the target's offsets run ahead of the source's
+        offsets = [pub.publish(record) for record in read]  # a forward: stamped copies
+        assert offsets == list(range(1, 21))
+        assert [(r.stream, r.offset) for r in read] == [(stream.name, i) for i in range(20)]
+        assert [(r.stream, r.offset) for r in drain(reader, 20)] == [
+            (stream.name, i) for i in range(20)
+        ]
+        publish(cluster, stream, 30, first=20)
+        for sub in (forwarder, reader):
+            assert [r.offset for r in drain(sub, 10)] == list(range(20, 30))
+
+
 def test_the_last_reader_but_one_goes_back_to_its_own_consumer(cluster, stream_factory) -> None:
     stream = stream_factory(partitions=2)
     publish(cluster, stream, 100)
