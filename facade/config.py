@@ -243,11 +243,12 @@ class SubscriberConfig:
             ``share.record.lock.duration.ms``, ``share.delivery.count.limit``), set on the
             group when the subscriber starts; ``initial_offset_scheme`` sets
             ``share.auto.offset.reset``.
-        shared_fetch_bytes: An ungrouped subscriber (without a serde or a durable id) reads
-            from the process's shared fetch of its stream: one consumer per stream and process
-            keeps what it read in a ring of this many bytes (split among the partitions), and
-            every such subscriber reads the ring from its own position, falling back to its
-            own consumer where the ring does not hold it (docs/performance.md#shared-fetch).
+        shared_fetch_bytes: While two or more ungrouped subscribers (without a serde or a
+            durable id) of a stream are open in the process, they read its shared fetch: one
+            consumer keeps what it read in a ring of this many bytes (split among the
+            partitions), and each subscriber reads the ring from its own position, falling
+            back to its own consumer where the ring does not hold it
+            (docs/performance.md#shared-fetch).
             Subscribers share records (``SharedRecord``): treat them as read-only; publishing
             one publishes a copy. ``0`` reads alone.
     """

@@ -43,18 +43,20 @@ def consumer_config(
     cluster: Cluster,
     config: SubscriberConfig,
     group: str,
-    on_commit: Callable[[KafkaError | None, list[TopicPartition]], None],
+    on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None = None,
 ) -> dict[str, Any]:
-    """librdkafka settings: the defaults, the lease (grouped), then the user's own."""
+    """librdkafka settings: the defaults, the lease (grouped), then the user's own
+    (``on_commit`` for a consumer that commits)."""
     lease = config.lease_timeout_ms
     own: dict[str, Any] = {
         "group.id": group,
         "client.id": f"bolide-sub-{config.single.name}",
         # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
         "auto.offset.reset": "error",
-        "on_commit": on_commit,
         "isolation.level": config.isolation,
     }
+    if on_commit is not None:
+        own["on_commit"] = on_commit
     if config.grouped:
         own.update(
             {

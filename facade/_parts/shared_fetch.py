@@ -27,7 +27,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 import weakref
 from bisect import bisect_left
 from collections import deque
@@ -36,10 +35,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from bolide.facade._parts.client import consumer_config, group_id
 from bolide.facade._parts.positions import Positions
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, SubscriberConfig
-from bolide.facade.kafka import CONSUMER_DEFAULTS, new_client
+from bolide.facade.kafka import new_client
 from bolide.facade.record import Record, SharedRecord, record_from_message
 
 __all__ = ["RingReader", "SharedFetch", "active", "reader"]
@@ -156,13 +156,9 @@ class SharedFetch:
         self.full: set[int] = set()  # partitions whose rings are full: nothing is taken
         self.room = threading.Event()  # a reader read from a ring while one was full
         self._stop = threading.Event()
-        own = {
-            "group.id": f"bolide-shared-{uuid.uuid4().hex}",  # never commits
-            "client.id": f"bolide-shared-{self.topic}",
-            "auto.offset.reset": "error",  # a partition out of range goes back to its readers
-            "isolation.level": config.isolation,
-        }
-        settings = cluster.client_config(CONSUMER_DEFAULTS, own, config.consumer_config)
+        # The readers' own settings (a throwaway group that never commits; a partition out of
+        # range is an error, which sends it back to its readers' own consumers).
+        settings = consumer_config(cluster, config, group_id(config))
         self._consumer = new_client(Consumer, settings, "consumer_config")
         self._gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self._gaps.expected.update(starts)
