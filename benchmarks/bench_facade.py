@@ -253,21 +253,30 @@ def bolide_produce(cluster: Cluster, stream: StreamConfig, payload: bytes, count
     return count / elapsed
 
 
+def _raw_read(
+    consumer: Consumer, total: int, deadline: float, what: str, early: list[Any] | None = None
+) -> float:
+    """Records/s of ``consume`` reading ``total`` records (``early``: a batch already taken,
+    counted first), touching each value."""
+    start = time.perf_counter()
+    seen = 0
+    batch = early or []
+    while seen < total:
+        # Ask for no more than is left: consume() waits for the full count or the timeout.
+        for msg in batch or consumer.consume(min(1000, total - seen), 1.0):
+            if msg.error() is None:
+                msg.value()
+                seen += 1
+        batch = []
+        _check_deadline(deadline, what)
+    return total / (time.perf_counter() - start)
+
+
 def raw_poll(cluster: Cluster, topic: str, total: int) -> float:
     """Records/s reading ``total`` records from the start of the topic with ``consume``."""
     consumer = _raw_consumer(cluster, topic, OFFSET_BEGINNING)
     try:
-        seen = 0
-        deadline = time.monotonic() + _PHASE_TIMEOUT_S
-        start = time.perf_counter()
-        while seen < total:
-            # Ask for no more than is left: consume() waits for the full count or the timeout.
-            for msg in consumer.consume(min(1000, total - seen), 1.0):
-                if msg.error() is None:
-                    msg.value()
-                    seen += 1
-            _check_deadline(deadline, "raw poll")
-        return total / (time.perf_counter() - start)
+        return _raw_read(consumer, total, time.monotonic() + _PHASE_TIMEOUT_S, "raw poll")
     finally:
         consumer.close()
 
@@ -312,16 +321,7 @@ def raw_poll_grouped(cluster: Cluster, topic: str, total: int) -> float:
         while not assigned.is_set():
             early += consumer.consume(1000, 0.01)
             _check_deadline(deadline, "raw group join")
-        start = time.perf_counter()
-        seen = 0
-        while seen < total:
-            batch, early = early or consumer.consume(min(1000, total - seen), 1.0), []
-            for msg in batch:
-                if msg.error() is None:
-                    msg.value()
-                    seen += 1
-            _check_deadline(deadline, "raw grouped poll")
-        return total / (time.perf_counter() - start)
+        return _raw_read(consumer, total, deadline, "raw grouped poll", early)
     finally:
         consumer.close()
 
