@@ -498,7 +498,9 @@ def bench(context: Context) -> Report:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print a table (or JSON); return the exit code."""
     parser = argparse.ArgumentParser(prog="bench_store", description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=positive_int, default=20_000, help="rows per run (20000)")
+    parser.add_argument(
+        "--records", type=positive_int, default=100_000, help="rows per run (100000)"
+    )
     parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
     parser.add_argument("--headers", type=int, default=1, help="headers per record (1)")
     parser.add_argument(

@@ -325,6 +325,19 @@ class DurableSession:
             self._paused.add(p)
         return False
 
+    def replay_end(self, partition: int) -> int | None:
+        """The marker of ``partition`` while its replay runs: a reader may flag records below it
+        replayed in bulk (``replayed_run``) and must ``admit`` any at or past it one by one.
+        ``None`` when every record is admitted as it is (live, or no marker)."""
+        return None if self.live else self.marker.get(partition)
+
+    def replayed_run(self, partition: int, last: int) -> None:
+        """Note a run of ``partition``'s records up to offset ``last``, all below the marker and
+        flagged ``replayed`` by the reader: what ``admit`` does for each, once per run."""
+        self._replayed_in_poll += 1  # only "none in this poll" matters: the replay goes on
+        if last + 1 >= self.marker.get(partition, 0):
+            self._reached.add(partition)
+
     def before_poll(self) -> None:
         """Commit what the last poll delivered; go live if the replay ended there.
 

@@ -81,8 +81,11 @@ def read_page(
                 return []
             cursor.execute(headers_sql, (stream, partition, rows[0][0], rows[-1][0]))
             headers: dict[int, list[tuple[str, bytes]]] = {}
+            mark = ESCAPED_NAME_MARK
             for off, name, value in cursor.fetchall():
-                pair = (header_name(name), value if type(value) is bytes else bytes(value))
+                if name[:1] == mark:  # rare: an escaped name (no call per header otherwise)
+                    name = header_name(name)
+                pair = (name, value if type(value) is bytes else bytes(value))
                 found = headers.get(off)
                 if found is None:
                     headers[off] = [pair]

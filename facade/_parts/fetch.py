@@ -325,23 +325,25 @@ class Fetcher:
                 self._next[record.partition] = record.offset
 
     def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
-        """Deliver plain messages straight into ``out``; anything else goes through ``_accept``.
+        """Deliver messages straight into ``out``; anything else goes through ``_accept``.
 
-        The common case (no serde, no durable replay, no error) skips the per-record checks;
-        the first message that needs them sends it and the rest to the pending queue. A batch
-        holds runs of one partition's consecutive offsets: the expected offset is kept in a
-        local while a run lasts, and the positions (``read``, next, the gap check's expected)
-        are written once per run, before anything else reads them. Each message delivered is
-        dropped from ``msgs`` at once: the garbage collector then never finds it alive.
+        The common case (no serde, no error; a durable replay's records below its marker)
+        skips the per-record checks; the first message that needs them sends it and the rest
+        to the pending queue. A batch holds runs of one partition's consecutive offsets: the
+        expected offset is kept in a local while a run lasts, and the positions (``read``,
+        next, the gap check's expected, the replay's progress) are written once per run,
+        before anything else reads them. Each message delivered is dropped from ``msgs`` at
+        once: the garbage collector then never finds it alive.
         """
-        if not self._plain or self._positions.holds.holding("user"):
+        if self._decoder is not None or self._positions.holds.holding("user"):
             self.pending.extend(msgs)
             return
-        next_offsets, fetched = self._next, self._gaps.expected
+        fetched, durable = self._gaps.expected, self._durable
         assigned, grouped, topic, ringed = self._assigned, self._grouped, self._topic, self._ringed
         append = out.append
         run = -1  # partition of the current run (-1: none, or a partition to skip)
         expected: int | None = None  # next offset expected in the run (None: not known yet)
+        end: int | None = None  # the run's replay marker while a durable replay runs
         last = -1  # last offset delivered in the run (-1: none yet)
         try:
             for index, msg in enumerate(msgs):
@@ -351,23 +353,20 @@ class Fetcher:
                 partition = msg.partition()
                 if partition != run:
                     if last >= 0:
-                        read[run] = last
-                        next_offsets[run] = fetched[run] = last + 1
-                        last = -1
+                        last = self._end_run(run, last, end, read)
                     gone = partition not in assigned if grouped else partition in ringed
                     if partition is None or gone:  # not held, or read from the shared ring
                         run = -1
                         continue
                     run, expected = partition, fetched.get(partition)
+                    end = durable.replay_end(partition) if durable is not None else None
                 record = record_from_message(msg, topic)
                 offset = record.offset
                 if offset is None:
                     continue
                 if expected is not None and offset > expected:
                     if last >= 0:  # the gap check reads the positions: write the run's first
-                        read[run] = last
-                        next_offsets[run] = fetched[run] = last + 1
-                        last = -1
+                        last = self._end_run(run, last, end, read)
                     try:
                         refetch = self._refetch_gap(msg)
                     except BaseException:
@@ -376,14 +375,27 @@ class Fetcher:
                     if refetch:
                         self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != run)
                         return
+                if end is not None:
+                    if offset >= end:  # live while the replay runs: admitted one by one
+                        self.pending.extend(msgs[index:])
+                        return
+                    record.replayed = True
                 msgs[index] = None  # type: ignore[call-overload]  # let go at once
                 append(record)
                 last = offset
                 expected = offset + 1
         finally:
             if last >= 0:
-                read[run] = last
-                next_offsets[run] = fetched[run] = last + 1
+                self._end_run(run, last, end, read)
+
+    def _end_run(self, partition: int, last: int, end: int | None, read: dict[int, int]) -> int:
+        """Write the positions of a run delivered up to offset ``last`` (and the replay's
+        progress when ``end``, its marker, is set); returns -1, the next run's ``last``."""
+        read[partition] = last
+        self._next[partition] = self._gaps.expected[partition] = last + 1
+        if end is not None and self._durable is not None:
+            self._durable.replayed_run(partition, last)
+        return -1
 
     def _refetch_gap(self, msg: Message) -> bool:
         """``FetchGaps.refetch``, also dropping what is queued for that partition."""
