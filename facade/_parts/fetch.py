@@ -325,16 +325,11 @@ class Fetcher:
                 self._next[record.partition] = record.offset
 
     def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
-        """Deliver messages straight into ``out``; anything else goes through ``_accept``.
-
-        The common case (no serde, no error; a durable replay's records below its marker)
-        skips the per-record checks; the first message that needs them sends it and the rest
-        to the pending queue. A batch holds runs of one partition's consecutive offsets: the
-        expected offset is kept in a local while a run lasts, and the positions (``read``,
-        next, the gap check's expected, the replay's progress) are written once per run,
-        before anything else reads them. Each message delivered is dropped from ``msgs`` at
-        once: the garbage collector then never finds it alive.
-        """
+        """Deliver messages straight into ``out`` (no serde, no error; in a durable replay,
+        below the marker); the first that needs the per-record checks goes with the rest to
+        the pending queue (``_accept``). Runs of a partition keep the expected offset in a
+        local and write the positions (``_end_run``) once, before anything reads them. Each
+        message delivered is dropped from ``msgs`` at once: the collector never finds it."""
         if self._decoder is not None or self._positions.holds.holding("user"):
             self.pending.extend(msgs)
             return
