@@ -311,9 +311,7 @@ class DurableSession:
             return True
         if record.offset < end:
             record.replayed = True
-            self._replayed_in_poll += 1
-            if record.offset + 1 >= end:
-                self._reached.add(p)
+            self.replayed_run(p, record.offset)
             return True
         self._reached.add(p)  # a record at or past the marker: the replay of p is over
         self._held.append(record)
