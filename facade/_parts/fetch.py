@@ -89,11 +89,14 @@ class Fetcher:
         self._decoder = Decoder(cluster, config) if config.serde is not None else None
         self._dead_letter = config.dead_letter is not None
         self._durable = durable
-        # The common case (no serde, no durable replay) skips the per-record checks.
-        self._plain = self._decoder is None and durable is None
-        # Such an ungrouped subscriber reads through the process's shared fetch, joined on
-        # its first read from Kafka (shared_fetch.RingReader).
-        self._sharing = self._plain and not self._grouped and config.shared_fetch_bytes > 0
+        # An ungrouped subscriber without a serde or a durable replay reads through the
+        # process's shared fetch, joined on its first read from Kafka (shared_fetch.RingReader).
+        self._sharing = (
+            self._decoder is None
+            and durable is None
+            and not self._grouped
+            and config.shared_fetch_bytes > 0
+        )
         self._cluster, self._config = cluster, config
         self._ring: RingReader | None = None
         self._ringed: set[int] = set()  # partitions read from the shared ring
