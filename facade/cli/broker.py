@@ -37,6 +37,13 @@ def _broker(args: argparse.Namespace) -> int:
             f"{broker.bootstrap_servers} (log: {broker.log_path})"
         )
         print(f"export BOLIDE_BOOTSTRAP={broker.bootstrap_servers}", flush=True)
+        gap_ms = broker.cluster().fetch_gap_settle_ms
+        if gap_ms:  # Tansu: ends and skipped offsets must be confirmed (docs/compatibility.md)
+            print(
+                f"{broker.engine} engine: pass -X fetch_gap_settle_ms={gap_ms} to bolide commands",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             while not stop.wait(0.5):
                 if not broker.running:

@@ -26,6 +26,7 @@ def bolide(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.kafka
+@pytest.mark.tansu
 @pytest.mark.slow
 def test_list_then_expire(
     cluster: Cluster,
@@ -44,6 +45,8 @@ def test_list_then_expire(
     publish(cluster, stream, 7, "away")
     time.sleep(1.2)
     where = ["--db", sqlite_url, "--bootstrap", cluster.bootstrap_servers]
+    if cluster.fetch_gap_settle_ms:  # Tansu: log ends are confirmed by reading (docs/cli.md)
+        where += ["-X", f"fetch_gap_settle_ms={cluster.fetch_gap_settle_ms}"]
 
     listed = bolide("durable", "list", *where, "--json")
     assert listed.returncode == 0, listed.stderr
