@@ -41,6 +41,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
+def bolide_backend(bolide_backend: tuple[str, Cluster]) -> tuple[str, Cluster]:
+    """The plugin's broker, warmed up: a fresh broker answers metadata before it has loaded
+    the group coordinator or handed out a producer id, and the first test that needs either
+    must not pay for it inside its own timeouts."""
+    from bolide.facade import Publisher, PublisherConfig, Record, Subscriber, SubscriberConfig
+
+    stream = StreamConfig(name=f"warm-up-{uuid.uuid4().hex[:10]}")
+    with Publisher(bolide_backend[1], PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(b"warm-up"))
+    config = SubscriberConfig(stream=stream, group=stream.name, lease_timeout_ms=10_000)
+    with Subscriber(bolide_backend[1], config) as sub:
+        eventually(sub.is_assigned, 120)
+    return bolide_backend
+
+
+@pytest.fixture(scope="session")
 def cluster(bolide_cluster: Cluster) -> Cluster:
     """The session's Kafka cluster (external, testcontainers or embedded)."""
     return bolide_cluster

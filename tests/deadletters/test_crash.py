@@ -63,7 +63,10 @@ def test_a_killed_replay_then_another_publish_each_dead_letter_once(
         first.wait(30)
         first.stdout.close()  # type: ignore[union-attr]
         first.stderr.close()  # type: ignore[union-attr]
-    before = _published(cluster, out.name)
+    before = -1
+    while (now := _published(cluster, out.name)) != before:  # what the killed one sent lands
+        before = now
+        time.sleep(0.5)
     # Claims left young by the kill are taken over at once: nothing else replays this stream.
     second = subprocess.run(
         [*command, "--claim-timeout-s", "0", "--json"],

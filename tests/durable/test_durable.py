@@ -27,6 +27,7 @@ from bolide.facade.kafka import CONSUMER_DEFAULTS
 from bolide.stores import SqlStore
 from bolide.stores.durable_registry import SqlDurableRegistry
 from tests.aio.adapter import Api
+from tests.conftest import eventually
 from tests.durable.conftest import LIVE, Events, publish
 from tests.pubsub.test_sparse_offsets import publish_transactions
 
@@ -299,7 +300,8 @@ def test_a_killed_client_keeps_its_queue(
             if read and read[-1] == first[-1]:
                 break
         # A few more polls commit what was delivered, then the process dies without closing.
-        time.sleep(0.5)
+        done = {0: first[-1] + 1}
+        eventually(lambda: committed(cluster, "bolide-durable-crash", stream.name) == done, 30)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(10)

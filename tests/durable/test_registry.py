@@ -43,10 +43,10 @@ def test_new_then_busy_then_resumed(registry: SqlDurableRegistry) -> None:
 
 
 def test_lapsed_lease_frees_the_id(registry: SqlDurableRegistry) -> None:
-    _register(registry, "killed", lease_ms=200)  # never renewed, never released
+    _register(registry, "killed", lease_ms=1_500)  # never renewed, never released
     with pytest.raises(DurableClientBusyError):
         _register(registry, "b")
-    time.sleep(0.3)
+    time.sleep(1.6)
     claim = _register(registry, "b")
     assert claim.state == "resumed" and claim.client.owner == "b"
     # The lapsed owner can neither renew nor release the claim it lost.

@@ -46,7 +46,7 @@ def test_sigkill_mid_run_then_restart(
     command = [
         sys.executable, "-m", "bolide.facade.cli.main", "archive",
         "--stream", stream.name, "--db", db_url, "--bootstrap", cluster.bootstrap_servers,
-        "--group", group, "--batch-size", "20", "--follow",
+        "--group", group, "--batch-size", "5", "--follow",
         *(f"-X{k}={v}" for k, v in FAST_GROUP.items()),
     ]  # fmt: skip
     log = (tmp_path / "archiver.log").open("w")

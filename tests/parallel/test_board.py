@@ -57,7 +57,7 @@ def test_a_retry_keeps_its_lane_until_it_is_due():
     board = Board(lambda r: r.key)
     board.add([rec(0), rec(1)])
     (item,) = drain(board)
-    board.later(item, 0.05)
+    board.later(item, 1.0)
     assert board.take_nowait() is None  # 1 waits behind 0, and 0 is not due yet
     again = board.take(timeout_s=30)
     assert again is item and board.retried == 1

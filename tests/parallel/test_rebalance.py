@@ -48,8 +48,10 @@ def test_a_rebalance_confirms_finished_work_before_the_next_owner_reads(cluster,
         eventually(lambda: len(handled) >= 100, 120)
         second = Subscriber(cluster, config())
         second.attach_receiver(handler("second"), concurrency=8)
-        eventually(lambda: len({(p, o) for _, p, o in handled}) >= len(published), 180)
-        assert at_revoke, "the first member never gave a partition up"
+        # The join revokes a partition even when the first member has finished everything.
+        eventually(
+            lambda: at_revoke and len({(p, o) for _, p, o in handled}) >= len(published), 180
+        )
     finally:
         first.close()
         if second is not None:

@@ -63,9 +63,14 @@ def read(sub: Subscriber, count: int, timeout_s: float = 15) -> list[bytes]:
     return got
 
 
-def wait_until_settled(cluster, group: str, *members: Subscriber) -> None:
+def wait_until_settled(cluster, group: str, *members: Subscriber, size: int = 0) -> None:
     """Wait for a pending join to finish, keeping ``members`` in the rebalance (the embedded
-    broker wedges a group whose leader leaves mid-rebalance: docs/compatibility.md)."""
+    broker wedges a group whose leader leaves mid-rebalance: docs/compatibility.md).
+
+    With ``size``, also until the group has that many members (a broker that lists none, as
+    Tansu, is taken at its word) and exactly one of ``members`` was served the one partition:
+    a stable group may not yet have told every member its assignment.
+    """
     admin = admin_client(cluster)
     deadline = time.monotonic() + 0.3
     while time.monotonic() < deadline:
@@ -73,12 +78,14 @@ def wait_until_settled(cluster, group: str, *members: Subscriber) -> None:
             member.is_assigned()
 
     def stable() -> bool:
-        for member in members:
-            member.is_assigned()
-        state = admin.describe_consumer_groups([group])[group].result().state
-        return bool(state == ConsumerGroupState.STABLE)
+        served = [member.is_assigned() for member in members]
+        described = admin.describe_consumer_groups([group])[group].result()
+        if described.state != ConsumerGroupState.STABLE:
+            return False
+        listed = len(described.members)
+        return not size or ((listed in (0, size)) and sum(served) == 1)
 
-    eventually(stable, timeout_s=15)
+    eventually(stable, timeout_s=30)
 
 
 def test_seek_is_illegal(cluster, stream, api):
@@ -117,7 +124,7 @@ def test_waiting_poll_returns_records_once_the_lease_moves(cluster, stream, publ
     threads = [threading.Thread(target=hold, args=(i,)) for i in (0, 1)]
     for thread in threads:
         thread.start()
-    wait_until_settled(cluster, f"g-{stream.name}")
+    wait_until_settled(cluster, f"g-{stream.name}", *members, size=2)
     holder = 0 if members[0].is_assigned() else 1
     waiter = members[1 - holder]
     stops[1 - holder].set()
@@ -194,6 +201,8 @@ def test_confirm_after_losing_the_lease_changes_nothing(
     again = [r.data for r in s0.poll(300)] if s0.is_assigned() else []
     assert again in ([], [b"h1"])
     s0.confirm()
+    if again:  # the confirm commits asynchronously
+        eventually(lambda: s0.committed() == {0: 1 + len(again)})
     time.sleep(0.5)
     assert s0.committed() == {0: 1 + len(again)}
     assert any(isinstance(e, NotAssignedError) for _, e in errors.calls)
@@ -229,7 +238,7 @@ def test_failover_resumes_from_last_confirm(cluster, stream, publisher, api):
     s0.confirm(offsets[1])
     eventually(lambda: s0.committed() == {0: offsets[1] + 1})
     s1 = grouped(cluster, stream, api=api)
-    wait_until_settled(cluster, f"g-{stream.name}", s0, s1)
+    wait_until_settled(cluster, f"g-{stream.name}", s0, s1, size=2)
     # The join gives the one partition to either member; the holder reads from the last
     # confirm on (s0 may also keep reading where it was, with nothing new to read).
     holder, standby = (s0, s1) if s0.is_assigned() else (s1, s0)
@@ -303,9 +312,8 @@ def test_a_subscriber_that_stops_polling_loses_its_lease(
     s0 = grouped(cluster, stream, api=api)
     eventually(s0.is_assigned)
     s1 = grouped(cluster, stream, api=api)
-    stopped = time.monotonic()
-    eventually(s1.is_assigned, timeout_s=LEASE_MS / 1000 + 8)
-    assert time.monotonic() - stopped < LEASE_MS / 1000 + 8
+    # The lease moves once s0's lease runs out (plus the rejoin; slack for a busy machine).
+    eventually(s1.is_assigned, timeout_s=LEASE_MS / 1000 + 30)
     publisher.publish(Record(b"x"))
     assert read(s1, 1) == [b"x"]
     s0.close()

@@ -102,7 +102,7 @@ def test_three_receivers(cluster, stream_factory, grouped):
         for _ in range(3)
     ]
     if grouped:
-        wait_until_settled(cluster, group, *subs)
+        wait_until_settled(cluster, group, *subs, size=3)
     for sub, sink in zip(subs, received, strict=True):
         sub.attach_receiver(sink.append, 10)
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:

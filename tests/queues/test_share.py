@@ -58,8 +58,10 @@ def _publish(cluster: Cluster, stream: StreamConfig, count: int, prefix: str = "
             pub.publish(Record(f"{prefix}{i}".encode()))
 
 
-def _config(stream: StreamConfig, group: str, **kwargs: object) -> SubscriberConfig:
-    settings = {"share.record.lock.duration.ms": LOCK_MS}
+def _config(
+    stream: StreamConfig, group: str, lock_ms: int = LOCK_MS, **kwargs: object
+) -> SubscriberConfig:
+    settings = {"share.record.lock.duration.ms": lock_ms}
     return SubscriberConfig(
         stream=stream,
         share_group=group,
@@ -262,7 +264,9 @@ def test_a_slow_record_does_not_hold_the_others_up(
         pub.publish(Record(b"slow"))
         for i in range(total - 1):
             pub.publish(Record(f"fast{i}".encode()))
-    config = _config(stream, f"g-{stream.name}", max_batch=5)
+    # A lock outlasting the test: a member slow to fetch its share on a busy machine must not
+    # see the slow record's lock run out and get it delivered again.
+    config = _config(stream, f"g-{stream.name}", lock_ms=30_000, max_batch=5)
     fast_done: set[bytes] = set()
     others_finished = threading.Event()
     outcome: list[bool] = []

@@ -505,15 +505,15 @@ def test_a_blocking_offer_waits_for_room_made_by_another_thread() -> None:
     reseq.offer(seq_record("a", 2, 1, offset=0, partition=1))
     waiting = seq_record("b", 2, 1, offset=0, partition=0)
     complete_a = seq_record("a", 2, 0, offset=1, partition=1)
-    threading.Timer(0.2, lambda: reseq.offer(complete_a)).start()
     started = time.monotonic()
+    threading.Timer(0.2, lambda: reseq.offer(complete_a)).start()
     assert reseq.offer(waiting, timeout_s=5) == []
     assert time.monotonic() - started > 0.1  # it waited for the room (no upper bound: speed)
     assert reseq.metrics().buffered == 1
 
 
 def test_a_blocking_offer_lets_timeouts_make_room_and_gives_up_after_its_timeout() -> None:
-    reseq = Resequencer(mode="stream", capacity=1, timeout_s=0.3)
+    reseq = Resequencer(mode="stream", capacity=1, timeout_s=2.0)  # b outlives c's wait
     reseq.offer(seq_record("a", 2, 1, offset=0))
     out = reseq.offer(seq_record("b", 2, 1, offset=1), timeout_s=5)
     assert [seq_of(r) for r in out] == [("a", 1)]  # a timed out while the offer waited
