@@ -38,3 +38,7 @@ def connector_jars() -> list[str] | None:
     """The fetched connector jars, or ``None`` when ``bolide fetch spark-kafka`` has not run."""
     jars = SPARK_KAFKA.jars()
     return None if jars is None else [str(jar) for jar in jars]
+
+
+if __name__ == "__main__":  # `python -m bolide.spark.connector`: the coordinates, for scripts
+    print(connector_package())
