@@ -18,6 +18,12 @@ from typing import Any, Literal
 from bolide.facade.broker._engine import Engine
 from bolide.facade.broker._process import free_port, port_taken
 from bolide.facade.broker.apache import KafkaEngine, kafka_unavailable
+from bolide.facade.broker.security import (
+    SECURITY,
+    BrokerSecurity,
+    SecurityName,
+    check_security,
+)
 from bolide.facade.broker.tansu import FETCH_GAP_SETTLE_MS, TansuEngine
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
@@ -25,8 +31,10 @@ from bolide.facade.errors import BrokerError
 __all__ = [
     "ENGINES",
     "FETCH_GAP_SETTLE_MS",
+    "SECURITY",
     "EmbeddedBroker",
     "EngineName",
+    "SecurityName",
     "port_taken",
     "resolve_engine",
 ]
@@ -73,12 +81,19 @@ class EmbeddedBroker:
         startup_timeout_s: How long to wait for the broker to answer.
         heap: Apache Kafka's maximum heap per node (``-Xmx``).
         broker_settings: Apache Kafka ``server.properties`` entries over the embedded defaults.
+        security: The client listener (Apache Kafka only): ``"plaintext"``; ``"sasl_ssl"`` or
+            ``"sasl_plaintext"`` (SCRAM-SHA-512 users); ``"ssl"`` (mutual TLS: a user is a
+            client certificate). Secured, the broker runs Kafka's ``StandardAuthorizer`` with
+            ``allow.everyone.if.no.acl.found=false`` and the super user ``admin``; TLS uses
+            a CA of its own (``ca_location``). See ``add_user``.
         **cluster_overrides: Settings for the ``Cluster`` that ``cluster()`` returns (librdkafka
-            names, or ``fetch_gap_settle_ms``).
+            names, which have a dot, or ``fetch_gap_settle_ms``).
 
     Raises:
         BrokerError: The engine cannot run here (the message says why and how to fix it), or
             ``port`` is taken.
+        ValueError: An unknown ``security``.
+        TypeError: A keyword argument that is neither a parameter nor a librdkafka setting.
 
     Only the processes this object started are ever stopped; ``stop`` removes its data.
     """
@@ -93,8 +108,16 @@ class EmbeddedBroker:
         startup_timeout_s: float = 90.0,
         heap: str | None = None,
         broker_settings: Mapping[str, str] | None = None,
+        security: SecurityName = "plaintext",
         **cluster_overrides: Any,
     ) -> None:
+        check_security(security)
+        for key in cluster_overrides:
+            if "." not in key and key != "fetch_gap_settle_ms":
+                raise TypeError(
+                    f"EmbeddedBroker() got an unexpected keyword argument {key!r} (client "
+                    "settings are librdkafka names, such as 'client.id')"
+                )
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
             raise ValueError(f"brokers must be a positive int, got {brokers!r}")
         if port is not None and port_taken(port):
@@ -117,11 +140,14 @@ class EmbeddedBroker:
                 brokers=brokers,
                 log_path=self.log_path,
                 settings=dict(broker_settings or {}),
+                security=security,
                 **extra,
             )
         else:
             if broker_settings:
                 raise BrokerError("broker_settings apply to the Apache Kafka engine only")
+            if security != "plaintext":
+                raise BrokerError(f"security={security!r} needs the Apache Kafka engine")
             self._engine = TansuEngine(
                 host=self.host, port=port or free_port(), brokers=brokers, log_path=self.log_path
             )
@@ -168,6 +194,52 @@ class EmbeddedBroker:
         if log_start_overrides is not None:
             settings["log_start_overrides"] = log_start_overrides
         return Cluster(self.bootstrap_servers, **settings)
+
+    @property
+    def security(self) -> str:
+        """The client listener's security: one of ``SECURITY``."""
+        kafka = self._engine if isinstance(self._engine, KafkaEngine) else None
+        return "plaintext" if kafka is None or kafka.security is None else kafka.security.mode
+
+    @property
+    def ca_location(self) -> str | None:
+        """The PEM file of the CA that signed the broker's certificate (``ssl.ca.location``),
+        once started with TLS; ``None`` without TLS."""
+        secured = self._secured() if self.security in ("ssl", "sasl_ssl") else None
+        return str(secured.ca_location) if secured is not None else None
+
+    def add_user(self, name: str, password: str | None = None) -> dict[str, str]:
+        """Make a user of a secured, running broker, with no ACL yet (grant them with
+        ``AdminClient.create_acls`` as the super user: ``cluster()``).
+
+        SASL: SCRAM-SHA-512 credentials for ``name`` (``AdminClient.alter_user_scram_credentials``),
+        once the broker knows them. ``"ssl"``: a client certificate whose common name is
+        ``name``, signed by the broker's CA; the principal is ``User:<name>``.
+
+        Returns:
+            The settings that log in as the user: ``broker.cluster(**broker.add_user(...))``.
+
+        Raises:
+            BrokerError: The broker is not secured, or is not running.
+            ValueError: A password for a certificate, or none for a SASL user.
+        """
+        secured = self._secured()
+        if not self.running:
+            raise BrokerError("start the broker before adding users")
+        if secured.mode == "ssl":
+            if password is not None:
+                raise ValueError("an 'ssl' broker's users are certificates: pass no password")
+            return secured.client_certificate(name)
+        if not password:
+            raise ValueError(f"a {secured.mode} user needs a password")
+        secured.add_scram_user(self.bootstrap_servers, name, password)
+        return {"sasl.username": name, "sasl.password": password}
+
+    def _secured(self) -> BrokerSecurity:
+        kafka = self._engine if isinstance(self._engine, KafkaEngine) else None
+        if kafka is None or kafka.security is None:
+            raise BrokerError(f"this broker is not secured (security={self.security!r})")
+        return kafka.security
 
     @property
     def running(self) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from bolide.facade.errors import BrokerError
 
@@ -51,12 +52,14 @@ def wait_ready(
     brokers: int,
     timeout_s: float,
     log_path: Path,
+    settings: Mapping[str, Any] | None = None,
 ) -> None:
     """Wait until ``brokers`` brokers answer metadata requests at ``bootstrap``.
 
     Args:
         alive: Returns ``None`` while the processes run, else why not (checked every round,
             so a broker that dies during start fails at once instead of at the deadline).
+        settings: librdkafka settings to connect with (a secured broker's super user).
 
     Raises:
         BrokerError: A process died, or the brokers did not answer within ``timeout_s``; the
@@ -65,7 +68,7 @@ def wait_ready(
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(settings or {})})
     last = "no answer"
     while time.monotonic() < deadline:
         dead = alive()

@@ -21,6 +21,7 @@ from typing import Any
 
 from bolide.facade.broker._process import free_port, log_tail, stop_process, wait_ready
 from bolide.facade.broker.jars import KAFKA, KAFKA_VERSION, MIN_JAVA, find_java, java_major
+from bolide.facade.broker.security import BrokerSecurity
 from bolide.facade.errors import BrokerError
 
 __all__ = ["DEFAULT_HEAP", "KafkaEngine", "kafka_classpath", "kafka_unavailable"]
@@ -104,6 +105,7 @@ class KafkaEngine:
         log_path: Path,
         heap: str = DEFAULT_HEAP,
         settings: dict[str, str] | None = None,
+        security: str = "plaintext",
     ) -> None:
         reason = kafka_unavailable()
         if reason is not None:
@@ -119,6 +121,11 @@ class KafkaEngine:
         self._root = Path(tempfile.gettempdir()) / f"bolide-kafka-{uuid.uuid4().hex[:12]}"
         self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         self._nodes: dict[int, _Node] = {}
+        self.security = (
+            BrokerSecurity(security, self._root / "security", host)
+            if security != "plaintext"
+            else None
+        )
         for node_id in range(1, brokers + 1):
             node_log = (
                 log_path
@@ -156,17 +163,19 @@ class KafkaEngine:
         voters = ",".join(
             f"{other.node_id}@{self.host}:{other.controller_port}" for other in self._nodes.values()
         )
+        client = "PLAINTEXT" if self.security is None else self.security.protocol
+        controller = "PLAINTEXT" if self.security is None else "SASL_PLAINTEXT"
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "listeners": (
-                f"PLAINTEXT://{self.host}:{node.port},CONTROLLER://{self.host}:{node.controller_port}"
+                f"{client}://{self.host}:{node.port},CONTROLLER://{self.host}:{node.controller_port}"
             ),
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
+            "advertised.listeners": f"{client}://{self.host}:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": client,
+            "listener.security.protocol.map": f"{client}:{client},CONTROLLER:{controller}",
             "log.dirs": str(node.folder / "data"),
             "num.partitions": "1",
             "default.replication.factor": "1",
@@ -190,6 +199,8 @@ class KafkaEngine:
             # member's death waits seconds, not Kafka's 15 s minimum.
             "group.share.min.record.lock.duration.ms": "1000",
         }
+        if self.security is not None:
+            props.update(self.security.listener_properties(client))
         props.update(self._settings)
         return "".join(f"{key}={value}\n" for key, value in props.items())
 
@@ -206,6 +217,9 @@ class KafkaEngine:
         """Write every node's properties and format its storage (in parallel: one JVM each)."""
         self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self._root / "log4j2.properties").write_text(_LOG4J)
+        if self.security is not None:
+            self.security.generate()
+        scram = self.security.format_arguments() if self.security is not None else []
         running: list[tuple[_Node, subprocess.Popen[bytes]]] = []
         for node in self._nodes.values():
             node.folder.mkdir(parents=True, exist_ok=True)
@@ -218,6 +232,7 @@ class KafkaEngine:
                 "--config",
                 str(node.folder / "server.properties"),
                 "--ignore-formatted",
+                *scram,
             )
             with node.log_path.open("ab") as out:
                 running.append(
@@ -271,6 +286,7 @@ class KafkaEngine:
                 brokers=len(nodes),
                 timeout_s=timeout_s,
                 log_path=nodes[0].log_path,
+                settings=self.cluster_settings(),
             )
         except BrokerError:
             self.kill()
@@ -285,6 +301,7 @@ class KafkaEngine:
             brokers=sum(1 for other in self._nodes.values() if other.alive()),
             timeout_s=timeout_s,
             log_path=node.log_path,
+            settings=self.cluster_settings(),
         )
 
     def stop(self, timeout_s: float) -> None:
@@ -321,4 +338,4 @@ class KafkaEngine:
             raise ValueError(f"no node {node_id!r}; nodes are {self.node_ids}") from None
 
     def cluster_settings(self) -> dict[str, Any]:
-        return {}
+        return {} if self.security is None else self.security.client_settings()
