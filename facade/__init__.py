@@ -22,6 +22,8 @@ from bolide.facade.config import (
 )
 from bolide.facade.deadletter import Reason
 from bolide.facade.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BolideError,
     BrokerError,
     DeadLetterError,
@@ -31,6 +33,7 @@ from bolide.facade.errors import (
     DurableClientBusyError,
     DurableClientError,
     IllegalSubscriberStateError,
+    IncompatibleBrokerError,
     InvalidInitialOffsetSchemeError,
     NotAssignedError,
     OffsetLoadError,
@@ -60,6 +63,8 @@ from bolide.facade.streams import StreamsSubscriber  # registers itself with Sub
 from bolide.facade.subscriber import Subscriber
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "AvroSerde",
     "BolideError",
     "BrokerError",
@@ -75,6 +80,7 @@ __all__ = [
     "EmbeddedBroker",
     "HistoryStore",
     "IllegalSubscriberStateError",
+    "IncompatibleBrokerError",
     "InitialOffsetScheme",
     "InvalidInitialOffsetSchemeError",
     "MemorySchemaRegistry",

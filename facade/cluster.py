@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 from bolide.facade.redaction import redact, redact_url
@@ -52,24 +51,6 @@ def check_settings(name: str, settings: Mapping[str, Any] | None) -> dict[str, A
             )
         out[key] = value
     return out
-
-
-#: librdkafka settings that name a file (or, for the CA, a folder) to read.
-_FILE_SETTINGS = (
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.keystore.location",
-    "ssl.crl.location",
-)
-
-
-def _check_files(settings: Mapping[str, Any]) -> None:
-    """A TLS file that is not there fails here, by name: librdkafka says only "BIO lib"."""
-    for key in _FILE_SETTINGS:
-        value = settings.get(key)
-        if isinstance(value, str) and value != "probe" and not Path(value).exists():
-            raise ValueError(f"Cluster setting {key}: no file {value!r}")
 
 
 def _check_log_starts(
@@ -117,10 +98,6 @@ class Cluster:
             (``**{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}``).
 
     Secret settings (passwords, keys) never appear in ``repr`` or logs.
-
-    Raises:
-        ValueError: A bad argument, or a TLS setting (``ssl.ca.location``...) naming a file
-            that does not exist.
     """
 
     __slots__ = ("_log_start_overrides", "_settings", "bootstrap_servers", "fetch_gap_settle_ms")
@@ -148,7 +125,6 @@ class Cluster:
             raise ValueError("bootstrap_servers: pass it as the first argument, not an override")
         self.bootstrap_servers = bootstrap_servers.strip()
         self._settings = check_settings("Cluster overrides", overrides)
-        _check_files(self._settings)
         self._log_start_overrides = _check_log_starts(log_start_overrides)
 
     @property

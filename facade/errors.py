@@ -20,6 +20,9 @@
     ├── DurableClientError
     │   └── DurableClientBusyError
     ├── BrokerError
+    │   └── IncompatibleBrokerError
+    ├── AuthorizationError
+    ├── AuthenticationError
     ├── ReceiverAlreadyAttachedError
     ├── ResequencerFullError
     ├── DeadLetterError
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from bolide.facade.record import Record
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BolideError",
     "BrokerError",
     "DeadLetterError",
@@ -49,6 +54,7 @@ __all__ = [
     "DurableClientBusyError",
     "DurableClientError",
     "IllegalSubscriberStateError",
+    "IncompatibleBrokerError",
     "InvalidInitialOffsetSchemeError",
     "NotAssignedError",
     "OffsetLoadError",
@@ -198,6 +204,62 @@ class DurableClientBusyError(DurableClientError):
 
 class BrokerError(BolideError):
     """The broker could not be started, reached or administered."""
+
+
+class IncompatibleBrokerError(BrokerError):
+    """The broker refuses what this client asks, and will every time: a lease shorter than
+    its ``group.min.session.timeout.ms`` (the message names both), or a protocol version it
+    does not speak. Change the setting the message names."""
+
+
+class AuthorizationError(BolideError):
+    """The broker refused an operation the user has no ACL for. Retrying cannot help: the
+    message names the resource and the ACL to grant.
+
+    Attributes:
+        resource_type: ``"topic"``, ``"group"``, ``"transactional_id"`` or ``"cluster"``.
+        resource: The topic, group or transactional id (``None`` for the cluster).
+        cause: The Kafka error.
+        record: The record that was not published, when a publish failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resource_type: str,
+        resource: str | None = None,
+        cause: Any = None,
+        record: Record | None = None,
+        stream: str | None = None,
+    ) -> None:
+        super().__init__(message, stream=stream, retriable=False)
+        self.resource_type = resource_type
+        self.resource = resource
+        self.cause = cause
+        self.record = record
+
+
+class AuthenticationError(BolideError):
+    """The broker refused the client's credentials (a SASL user or password, or a TLS
+    certificate). Retrying with the same settings cannot help.
+
+    Attributes:
+        cause: The Kafka error.
+        record: The record that was not published, when a publish failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cause: Any = None,
+        record: Record | None = None,
+        stream: str | None = None,
+    ) -> None:
+        super().__init__(message, stream=stream, retriable=False)
+        self.cause = cause
+        self.record = record
 
 
 class ReceiverAlreadyAttachedError(BolideError):

@@ -7,10 +7,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from bolide.facade.compat import confirm_ends, confirm_time_offsets, stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
@@ -23,6 +24,7 @@ __all__ = [
     "PRODUCER_DEFAULTS",
     "admin_client",
     "admin_config",
+    "broker_setting",
     "committed_offsets",
     "ensure_topic",
     "log_ends",
@@ -67,7 +69,26 @@ def new_client(factory: Callable[[dict[str, Any]], T], config: dict[str, Any], s
     try:
         return factory(config)
     except KafkaException as exc:
-        raise ValueError(f"{source}: {exc.args[0].str()}") from exc
+        raise ValueError(f"{source}: {_missing_file(config) or exc.args[0].str()}") from exc
+
+
+#: librdkafka settings that name a file (or, for the CA, a folder) to read.
+_FILE_SETTINGS = (
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.keystore.location",
+    "ssl.crl.location",
+)
+
+
+def _missing_file(config: dict[str, Any]) -> str | None:
+    """Which TLS file setting names nothing: librdkafka only says "BIO lib" then."""
+    for key in _FILE_SETTINGS:
+        value = config.get(key)
+        if isinstance(value, str) and value != "probe" and not Path(value).exists():
+            return f"{key}={value!r}: no such file"
+    return None
 
 
 def admin_config(cluster: Cluster) -> dict[str, Any]:
@@ -82,6 +103,21 @@ def admin_client(cluster: Cluster) -> AdminClient:
         ValueError: librdkafka refused one of the cluster's settings (named in the message).
     """
     return new_client(AdminClient, admin_config(cluster), "cluster setting")
+
+
+def broker_setting(cluster: Cluster, name: str) -> str | None:
+    """A broker setting (``server.properties``) as the first broker that answers has it;
+    ``None`` when it cannot be read (no DESCRIBE_CONFIGS on the cluster, say): for naming in
+    an error, never needed to go on."""
+    try:
+        admin = admin_client(cluster)
+        brokers = admin.list_topics(timeout=_TIMEOUT_S).brokers
+        resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+        entries = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
+    except (KafkaException, ValueError):
+        return None
+    entry = entries.get(name)
+    return None if entry is None or entry.value is None else str(entry.value)
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:

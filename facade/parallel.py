@@ -32,18 +32,17 @@ from bolide.facade._parts.outcomes import Runner
 from bolide.facade._parts.tiers import Tiers
 from bolide.facade._parts.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.deadletter import DeadLetterTarget
-from bolide.facade.errors import (
-    DurableClientBusyError,
-    IllegalSubscriberStateError,
-)
+from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import (
+    STOPS_RECEIVER,
     AsyncRecordHandler,
     Receiver,
     ReceiverHost,
     ReceiverMetrics,
     RecordHandler,
     is_async_handler,
+    stopped_because,
 )
 from bolide.facade.record import RecordBatch
 from bolide.facade.resequencer.core import Resequencer
@@ -274,8 +273,8 @@ class ParallelReceiver(Receiver):
                 self._host.release_fetching()
             try:
                 batch = sub.poll(poll_ms)
-            except DurableClientBusyError as exc:
-                sub.report("receiver stopped: the durable id is taken", exc)
+            except STOPS_RECEIVER as exc:
+                sub.report(stopped_because(exc), exc)
                 return
             except Exception as exc:
                 if self._stop.is_set() or sub.closed:

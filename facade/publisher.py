@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.deliveries import (
@@ -26,6 +26,7 @@ from bolide.facade._internal.deliveries import (
     batch_messages,
     send_batch,
 )
+from bolide.facade._internal.fatal import FATAL_CODES
 from bolide.facade._internal.transactions import Transactions, TransactionSource
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
@@ -70,6 +71,7 @@ class Publisher(Closing):
                 {"client.id": f"bolide-pub-{self.stream.name}"},
                 config.producer_config,
                 {"transactional.id": config.transactional_id} if config.transactional_id else None,
+                {"error_cb": self._on_client_error},
             ),
             "producer_config",
         )
@@ -97,7 +99,7 @@ class Publisher(Closing):
         self._closed = threading.Event()
         self._closing = False  # set once by close: records offered from then on are refused
         # Records handed to the producer and not yet resolved: close fails any left over.
-        self._outstanding = Outstanding(self._topic, self._txn)
+        self._outstanding = Outstanding(self._topic, self._txn, config.transactional_id)
         # Held from a publish call's closing check until its records are in the producer; close
         # takes it once after setting ``_closing``, so each record is either refused or in the
         # producer before close flushes. Reentrant: a delivery callback served inside the
@@ -114,12 +116,27 @@ class Publisher(Closing):
             try:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                # A fatal error (a transactional publisher fenced): librdkafka fails what is
-                # queued, and every later call says why.
+                # A fatal error (a transactional publisher fenced, an idempotent one refused its
+                # producer id): librdkafka fails what is queued, and every later call says why.
                 err = exc.args[0]
                 if self._txn is not None:
                     self._txn.error_for(err)
-                log.error("publisher for %r: %s", self._topic, err)
+                self._on_client_error(err)
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        """librdkafka's ``error_cb``: an answer retrying cannot fix (a missing ACL, refused
+        credentials) fails the records still queued with its typed error, instead of leaving
+        them to wait for an answer that never comes. Records already sent keep their own
+        answers, so none accepted by the broker is reported lost."""
+        if err.code() not in FATAL_CODES:
+            # Others are retried by librdkafka, whose own log shows them.
+            level = logging.ERROR if err.fatal() else logging.DEBUG
+            log.log(level, "publisher for %r: %s", self._topic, err.str())
+            return
+        log.error("publisher for %r: %s", self._topic, err.str())
+        self._outstanding.refused = err
+        if not err.fatal():  # after a fatal error librdkafka fails the queue itself
+            self._producer.purge(in_queue=True, in_flight=False, blocking=False)
 
     def _to_record(self, item: Record | Any) -> Record:
         if isinstance(item, Record):

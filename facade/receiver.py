@@ -18,12 +18,18 @@ from typing import Protocol, TypeAlias
 from confluent_kafka import TopicPartition
 
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
-from bolide.facade.errors import DurableClientBusyError
+from bolide.facade.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    DurableClientBusyError,
+    IncompatibleBrokerError,
+)
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
 __all__ = [
+    "STOPS_RECEIVER",
     "AsyncRecordHandler",
     "ConfirmLimit",
     "Receiver",
@@ -33,6 +39,7 @@ __all__ = [
     "RevokeListener",
     "StreamReader",
     "is_async_handler",
+    "stopped_because",
 ]
 
 log = logging.getLogger(__name__)
@@ -188,6 +195,23 @@ def is_async_handler(handler: object) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
+#: Poll failures that stop a receiver, reported once, instead of being tried again: the same
+#: answer would come every time.
+STOPS_RECEIVER = (
+    DurableClientBusyError,
+    AuthorizationError,
+    AuthenticationError,
+    IncompatibleBrokerError,
+)
+
+
+def stopped_because(exc: BaseException) -> str:
+    """The report of a receiver that ``exc`` (one of ``STOPS_RECEIVER``) stopped."""
+    if isinstance(exc, DurableClientBusyError):
+        return "receiver stopped: the durable id is taken"
+    return "receiver stopped: the broker refuses this subscriber"
+
+
 class Receiver:
     """Polls ``subscriber`` and calls ``handler(record)`` per record.
 
@@ -195,7 +219,10 @@ class Receiver:
     is seen promptly.
 
     An exception in the handler is logged (and reported to the subscriber's error handler); the
-    thread carries on with the next record. Closing the subscriber stops the receiver: it waits
+    thread carries on with the next record. A failed poll is reported and tried again, unless
+    the broker refuses the subscriber for good (``AuthorizationError``,
+    ``AuthenticationError``, ``IncompatibleBrokerError``): that is reported and the receiver
+    stops. Closing the subscriber stops the receiver: it waits
     for the handler call in progress to return, so the handler never finds its consumer closed
     under it, and no record is polled or handled after that call.
     """
@@ -230,8 +257,8 @@ class Receiver:
         while not self._stop.is_set():
             try:
                 batch = self._host.poll(min(self._poll_timeout_ms, _STOP_CHECK_MS))
-            except DurableClientBusyError as exc:
-                self._host.report("receiver stopped: the durable id is taken", exc)
+            except STOPS_RECEIVER as exc:
+                self._host.report(stopped_because(exc), exc)
                 return
             except Exception as exc:
                 if self._stop.is_set() or self._host.closed:

@@ -18,17 +18,16 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Unpack
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.transactions import OffsetSource
 from bolide.facade._parts.assembly import assemble
 from bolide.facade._parts.client import (
-    commit_reporter,
-    consumer_config,
     error_reporter,
     group_id,
+    new_consumer,
     partition_arg,
     partitions_arg,
 )
@@ -40,7 +39,7 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import committed_offsets, ensure_topic, new_client, offsets_for_time
+from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import RecordBatch
@@ -100,9 +99,7 @@ class Subscriber(Closing):
         self._closed = False
         self._receiver: Receiver | None = None
         # Settings are checked when the client is built: a bad one fails before any topic work.
-        on_commit = commit_reporter(self.topic, self._report)
-        settings = consumer_config(cluster, config, self.group_id, on_commit)
-        self._consumer = new_client(Consumer, settings, "consumer_config")
+        self._consumer, refusals = new_consumer(cluster, config, self.group_id, self._report)
         try:
             self.partitions = ensure_topic(cluster, self.stream)
             parts = assemble(
@@ -114,6 +111,7 @@ class Subscriber(Closing):
                 report=self._report,
                 lock=self._lock,
                 closed=lambda: self._closed,
+                refusals=refusals,
             )
         except BaseException:
             self._consumer.close()

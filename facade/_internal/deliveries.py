@@ -14,9 +14,10 @@ from typing import Any, TypeAlias
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from bolide.facade._internal.fatal import Scope, fatal_error
 from bolide.facade._internal.future import DeliveryFuture
 from bolide.facade._internal.transactions import Transactions
-from bolide.facade.errors import PublishError, TransactionError
+from bolide.facade.errors import BolideError, PublishError, TransactionError
 from bolide.facade.record import Record, headers_or_none
 
 __all__ = [
@@ -70,17 +71,24 @@ class Outstanding:
         discard: ``discard(delivery)``: it was never sent.
     """
 
-    def __init__(self, topic: str, transactions: Transactions | None) -> None:
+    def __init__(
+        self, topic: str, transactions: Transactions | None, transactional_id: str | None = None
+    ) -> None:
         self._topic = topic
         self._txn = transactions
+        self._scope = Scope("publisher", topic, transactional_id=transactional_id)
+        #: A broker answer retrying cannot fix, that the producer's records were purged for.
+        self.refused: KafkaError | None = None
         self._pending: set[Pending] = set()
         # The set's own methods: called twice per record, they cost no Python call.
         self.add = self._pending.add
         self.remove = self._pending.remove
         self.discard = self._pending.discard
 
-    def error(self, rec: Record, err: Any) -> PublishError:
-        """The ``PublishError`` for a record the broker (or ``close``) did not accept."""
+    def error(self, rec: Record, err: Any) -> BolideError:
+        """The error for a record the broker (or ``close``) did not accept: a
+        ``PublishError``, or the typed error of an answer retrying cannot fix
+        (``AuthorizationError``, ``AuthenticationError``, ``IncompatibleBrokerError``)."""
         if self._txn is not None:
             ended = self._txn.error_for(err)
             if ended is not None:  # fenced: every later call says so too
@@ -100,6 +108,10 @@ class Outstanding:
                 record=rec,
                 stream=self._topic,
             )
+        if isinstance(err, KafkaError):
+            fatal = self._fatal_for(rec, err)
+            if fatal is not None:
+                return fatal
         reason = err.str() if isinstance(err, KafkaError) else str(err)
         if isinstance(err, KafkaError) and err.code() in _PURGED:
             reason = f"the publisher closed before the broker acknowledged it ({reason})"
@@ -111,6 +123,14 @@ class Outstanding:
             stream=self._topic,
             retriable=retriable,
         )
+
+    def _fatal_for(self, rec: Record, err: KafkaError) -> BolideError | None:
+        """The typed error of a record refused for good: by its own delivery report, or
+        purged from the queue after the producer's ``error_cb`` got such an answer."""
+        refused = self.refused
+        if err.code() == KafkaError._PURGE_QUEUE and refused is not None:
+            err = refused
+        return fatal_error(err, self._scope, rec)
 
     def fail_all(self) -> None:
         """Fail any record whose report never came, so that no future waits forever."""
@@ -254,7 +274,7 @@ class Batch:
         self.answered = bytearray(len(records))  # 1 once a record has its answer
         self.cursor = 0  # every record below it has its answer
         self.remaining = len(records)
-        self.error: PublishError | None = None
+        self.error: BolideError | None = None
         self.lock = threading.Lock()
 
     def report(self, index: int, err: Any, msg: Message | None) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from bolide.facade._internal.fatal import Refusals
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._parts.confirms import Confirms
 from bolide.facade._parts.fetch import Fetcher
@@ -126,6 +127,7 @@ def assemble(
     report: Report,
     lock: HookLock,
     closed: Callable[[], bool],
+    refusals: Refusals,
 ) -> Parts:
     """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of
     ``partitions``). Nothing talks to Kafka until ``Parts.start``."""
@@ -144,10 +146,8 @@ def assemble(
         lock=lock,
     )
     pending: deque[Message | Record] = deque()
-    durable: DurableSession | None = None
-    if config.durable_id is not None:
-        host = SessionHost(consumer, topic, assigned, positions, pending, report, lock)
-        durable = DurableSession(host, cluster, config, partitions)
+    host = SessionHost(consumer, topic, assigned, positions, pending, report, lock)
+    durable = DurableSession(host, cluster, config, partitions) if config.durable_id else None
     hooks = ReceiverHooks()
     fetcher = Fetcher(
         cluster,
@@ -159,6 +159,7 @@ def assemble(
         report=report,
         lease_expired=lambda: lease.expired(),  # the lease, built next, drops what is lost
         pending=pending,
+        refusals=refusals,
     )
     lease = Lease(
         config,

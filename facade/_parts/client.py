@@ -1,5 +1,6 @@
-"""A subscriber's consumer group id, consumer settings, error and commit reports, and the
-partition arguments of its methods."""
+"""A subscriber's consumer group id, consumer and its settings, error and commit reports (and
+the typed errors of broker answers retrying cannot fix), and the partition arguments of its
+methods."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from bolide.facade._internal.fatal import Refusals, Scope, fatal_error
 from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, SubscriberConfig, check_eager
 from bolide.facade.durable import durable_group_id
-from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.errors import BolideError
+from bolide.facade.kafka import CONSUMER_DEFAULTS, broker_setting, new_client
 from bolide.facade.validate import check_int
 
 __all__ = [
@@ -21,8 +24,10 @@ __all__ = [
     "consumer_config",
     "error_reporter",
     "group_id",
+    "new_consumer",
     "partition_arg",
     "partitions_arg",
+    "refused_error",
 ]
 
 log = logging.getLogger("bolide.facade.subscriber")
@@ -44,9 +49,10 @@ def consumer_config(
     config: SubscriberConfig,
     group: str,
     on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None = None,
+    on_error: Callable[[KafkaError], None] | None = None,
 ) -> dict[str, Any]:
     """librdkafka settings: the defaults, the lease (grouped), then the user's own
-    (``on_commit`` for a consumer that commits)."""
+    (``on_commit`` for a consumer that commits, ``on_error`` as its ``error_cb``)."""
     lease = config.lease_timeout_ms
     own: dict[str, Any] = {
         "group.id": group,
@@ -57,6 +63,8 @@ def consumer_config(
     }
     if on_commit is not None:
         own["on_commit"] = on_commit
+    if on_error is not None:
+        own["error_cb"] = on_error
     if config.grouped:
         own.update(
             {
@@ -68,6 +76,35 @@ def consumer_config(
     settings = cluster.client_config(CONSUMER_DEFAULTS, own, config.consumer_config)
     check_eager("Cluster settings", settings)
     return settings
+
+
+def new_consumer(
+    cluster: Cluster, config: SubscriberConfig, group: str, report: ErrorHandler
+) -> tuple[Consumer, Refusals]:
+    """The subscriber's consumer, its failed commits reported to ``report``, and what its
+    ``error_cb`` gets that retrying cannot fix (refused credentials, say), for ``poll`` to
+    raise. Settings are checked as it is built: a bad one fails before any topic work."""
+    refusals = Refusals(f"subscriber of {config.single.name!r}")
+    on_commit = commit_reporter(config.single.name, report)
+    settings = consumer_config(cluster, config, group, on_commit, refusals.error_cb)
+    return new_client(Consumer, settings, "consumer_config"), refusals
+
+
+def refused_error(err: KafkaError, cluster: Cluster, config: SubscriberConfig) -> BolideError:
+    """The typed error of a broker answer retrying cannot fix (``FATAL_CODES``), naming the
+    subscriber's stream and group, and for a refused lease the broker's floor."""
+    group = config.group
+    if config.durable_id is not None:
+        group = durable_group_id(config.durable_id)
+    floor = None
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        found = broker_setting(cluster, "group.min.session.timeout.ms")
+        floor = int(found) if found is not None and found.isdigit() else None
+    topic = config.single.name
+    scope = Scope(
+        "subscriber", topic, group=group, lease_ms=config.lease_timeout_ms, session_floor_ms=floor
+    )
+    return fatal_error(err, scope) or BolideError(err.str(), stream=topic)
 
 
 def error_reporter(handler: ErrorHandler | None, lock: HookLock) -> ErrorHandler:

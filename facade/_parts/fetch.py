@@ -15,12 +15,14 @@ from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
+from bolide.facade._internal.fatal import FATAL_CODES, Refusals
+from bolide.facade._parts.client import refused_error
 from bolide.facade._parts.decoding import Decoder
 from bolide.facade._parts.positions import Positions, Report
 from bolide.facade._parts.shared_fetch import RingReader, reader
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
-from bolide.facade.errors import SerializationError
+from bolide.facade.errors import BolideError, SerializationError
 from bolide.facade.record import Record, RecordBatch, record_from_message
 
 __all__ = ["Fetcher", "Polled"]
@@ -58,6 +60,7 @@ class Fetcher:
         lease_expired: Called when the consumer missed its poll deadline (the lease is lost).
         pending: The queue of what is read, not yet delivered (history records and Kafka
             messages, in order); updated in place, never replaced.
+        refusals: The consumer's ``error_cb``: an answer retrying cannot fix, raised by poll.
 
     Attributes:
         deactivated: The subscriber gave up its lease: keep the consumer served, read nothing.
@@ -75,8 +78,10 @@ class Fetcher:
         report: Report,
         lease_expired: Callable[[], None],
         pending: deque[Message | Record],
+        refusals: Refusals,
     ) -> None:
         self.pending = pending
+        self._refusals = refusals
         self.deactivated = False
         self._consumer = consumer
         self._topic = config.single.name
@@ -120,6 +125,9 @@ class Fetcher:
             (error, counted), self._deferred = self._deferred, None
             self._last_read.update(counted)
             raise error
+        refused = self._refusals.take()  # kept by the error_cb in the previous poll
+        if refused is not None:
+            raise refused_error(refused, self._cluster, self._config)
         if self._durable is not None:
             self._durable.before_poll()
         # Records given back come alone before a deferred failure, as they did the first time.
@@ -307,9 +315,10 @@ class Fetcher:
             except BaseException:
                 self.pending.appendleft(item)  # not lost: the next poll tries it again
                 raise
-            if isinstance(record, SerializationError):
-                # Counted as read: once raised, confirming moves past it.
-                self._consumed = _place_of(item)
+            if isinstance(record, BolideError):  # not queued again
+                if isinstance(record, SerializationError):
+                    # Counted as read: once raised, confirming moves past it.
+                    self._consumed = _place_of(item)
                 raise record
             if record is not None:
                 out.append(record)
@@ -409,15 +418,14 @@ class Fetcher:
         self.pending.clear()
         self.pending.extend(kept)
 
-    def _accept(
-        self, item: Message | Record, read: dict[int, int]
-    ) -> Record | SerializationError | None:
+    def _accept(self, item: Message | Record, read: dict[int, int]) -> Record | BolideError | None:
         """Turn a message into a record to deliver.
 
         Returns:
             The record; ``None`` when there is nothing to deliver (an error message handled,
-            a record held back or sent to the dead letter); or the ``SerializationError`` of
-            an undecodable record without a dead letter, which counts as read.
+            a record held back or sent to the dead letter); the ``SerializationError`` of
+            an undecodable record without a dead letter, which counts as read; or the error
+            of a broker answer that retrying cannot fix (``fatal_error``).
 
         Raises:
             Exception: Handling failed; the item was not consumed and positions did not move.
@@ -429,8 +437,7 @@ class Fetcher:
                 return None  # fetched before its pause: the shared ring delivers it
             err = item.error()
             if err is not None:
-                self._on_error(item, err)
-                return None
+                return self._on_error(item, err)
             if (not self._grouped or item.partition() in self._assigned) and self._refetch_gap(
                 item
             ):
@@ -453,17 +460,18 @@ class Fetcher:
             return failure if not self._dead_letter else None
         return record
 
-    def _on_error(self, msg: Message, err: KafkaError) -> None:
+    def _on_error(self, msg: Message, err: KafkaError) -> BolideError | None:
         code = err.code()
+        if code in FATAL_CODES:
+            return refused_error(err, self._cluster, self._config)
         if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
             partition = msg.partition() or 0
             self.move(partition, self._positions.out_of_range(partition, msg.offset()))
-        elif code == KafkaError._PARTITION_EOF:
-            return
         elif code == KafkaError._MAX_POLL_EXCEEDED:
             self._lease_expired()
-        else:
+        elif code != KafkaError._PARTITION_EOF:
             self._report(f"read error on {self._topic}: {err.str()}", None)
+        return None
 
 
 def _place_of(item: Message | Record) -> tuple[int, int] | None:

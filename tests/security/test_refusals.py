@@ -1,0 +1,130 @@
+"""Broker answers that retrying cannot fix are typed errors from the call that meets them,
+within seconds, never a loop in the log: a missing ACL (``AuthorizationError`` naming the
+resource and the ACL to grant), wrong credentials (``AuthenticationError``), a lease below the
+broker's floor (``IncompatibleBrokerError`` naming both)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
+
+from bolide.facade import (
+    AuthenticationError,
+    AuthorizationError,
+    BolideError,
+    EmbeddedBroker,
+    IncompatibleBrokerError,
+    Publisher,
+    PublisherConfig,
+    Record,
+    Subscriber,
+    SubscriberConfig,
+)
+from tests.conftest import eventually
+from tests.security.conftest import (
+    LEASE_MS,
+    STOCK_SESSION_FLOOR_MS,
+    UserFactory,
+    needs_kafka,
+    new_stream,
+)
+
+pytestmark = [pytest.mark.kafka, needs_kafka]
+
+
+def poll_until_raises(sub: Subscriber) -> None:
+    """Poll until the subscriber raises (each poll waits half a second for records)."""
+    for _ in range(240):
+        assert not sub.poll(500)
+
+
+def test_a_user_without_the_group_acl_gets_an_authorization_error_from_poll(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    stream = new_stream(secured, "orders-no-group")
+    user = user_factory(
+        [
+            (ResourceType.TOPIC, stream.name, AclOperation.READ),
+            (ResourceType.TOPIC, stream.name, AclOperation.DESCRIBE),
+        ]
+    )
+    config = SubscriberConfig(stream=stream, group="no-acl-group", lease_timeout_ms=LEASE_MS)
+    with Subscriber(user, config) as sub, pytest.raises(AuthorizationError) as caught:
+        poll_until_raises(sub)
+    assert caught.value.resource_type == "group"
+    assert caught.value.resource == "no-acl-group"
+    assert "no-acl-group" in str(caught.value) and "READ" in str(caught.value)
+
+
+def test_a_user_with_only_describe_gets_an_authorization_error_from_publish(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    stream = new_stream(secured, "orders-describe-only")
+    user = user_factory([(ResourceType.TOPIC, stream.name, AclOperation.DESCRIBE)])
+    record = Record(b"refused")
+    with (
+        Publisher(user, PublisherConfig(stream=stream)) as pub,
+        pytest.raises(AuthorizationError) as caught,
+    ):
+        pub.publish(record, 120)
+    assert caught.value.record is record and record.offset is None
+    assert stream.name in str(caught.value) and "WRITE" in str(caught.value)
+
+
+def test_a_wrong_password_is_an_authentication_error(secured: EmbeddedBroker) -> None:
+    stream = new_stream(secured, "orders-wrong-password")
+    secured.add_user("mallory", "right-password")
+    wrong = secured.cluster(**{"sasl.username": "mallory", "sasl.password": "wrong"})
+    with (
+        pytest.raises(AuthenticationError) as caught,
+        Publisher(wrong, PublisherConfig(stream=stream)) as pub,
+    ):
+        pub.publish(Record(b"x"), 120)
+    assert "sasl.password" in str(caught.value)
+
+
+def test_a_wrong_password_is_an_authentication_error_from_poll(secured: EmbeddedBroker) -> None:
+    stream = new_stream(secured, "orders-wrong-password-poll")
+    secured.add_user("mallory-sub", "right-password")
+    wrong = secured.cluster(**{"sasl.username": "mallory-sub", "sasl.password": "wrong"})
+    config = SubscriberConfig(stream=stream, group="g", lease_timeout_ms=LEASE_MS)
+    with pytest.raises(AuthenticationError), Subscriber(wrong, config) as sub:
+        poll_until_raises(sub)
+
+
+def test_a_lease_below_the_brokers_floor_is_a_typed_error_naming_both(
+    secured: EmbeddedBroker,
+) -> None:
+    stream = new_stream(secured, "orders-short-lease")
+    config = SubscriberConfig(stream=stream, group="short-lease", lease_timeout_ms=4_000)
+    with (
+        Subscriber(secured.cluster(), config) as sub,
+        pytest.raises(IncompatibleBrokerError) as caught,
+    ):
+        poll_until_raises(sub)
+    message = str(caught.value)
+    assert "lease_timeout_ms=4000" in message and f"{STOCK_SESSION_FLOOR_MS} ms" in message
+
+
+def test_the_new_errors_are_bolide_errors() -> None:
+    assert issubclass(AuthorizationError, BolideError)
+    assert issubclass(AuthenticationError, BolideError)
+
+
+def test_a_receiver_reports_a_refusal_once_and_stops(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    stream = new_stream(secured, "orders-receiver-no-group")
+    user = user_factory([(ResourceType.TOPIC, stream.name, AclOperation.READ)])
+    reports: list[tuple[str, BaseException | None]] = []
+    config = SubscriberConfig(
+        stream=stream,
+        group="receiver-no-acl",
+        lease_timeout_ms=LEASE_MS,
+        error_handler=lambda summary, error: reports.append((summary, error)),
+    )
+    with Subscriber(user, config) as sub:
+        receiver = sub.attach_receiver(lambda record: None)
+        eventually(lambda: not receiver.running, 120)
+        refusals = [e for _, e in reports if isinstance(e, AuthorizationError)]
+        assert len(refusals) == 1 and refusals[0].resource == "receiver-no-acl"
