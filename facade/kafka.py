@@ -13,9 +13,15 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from bolide.facade._internal.fatal import AUTHENTICATION_CODES, Refusals, authentication_error
 from bolide.facade.compat import confirm_ends, confirm_time_offsets, stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
-from bolide.facade.errors import BrokerError, StreamConfigMismatchError
+from bolide.facade.errors import (
+    AuthorizationError,
+    BolideError,
+    BrokerError,
+    StreamConfigMismatchError,
+)
 
 T = TypeVar("T")
 
@@ -187,7 +193,10 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
 
 
 def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
-    admin = admin_client(cluster)
+    # Refused credentials come to the error_cb; the request itself only fails to connect.
+    refusals = Refusals(f"admin of {stream.name!r}")
+    settings = {**admin_config(cluster), "error_cb": refusals.error_cb}
+    admin = new_client(AdminClient, settings, "cluster setting")
     try:
         count = partition_count(admin, stream.name)
         if count is None:
@@ -208,10 +217,28 @@ def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
         else:
             _check_configs(admin, stream)
     except KafkaException as exc:
-        raise BrokerError(
-            f"cannot create or describe topic {stream.name!r}: {exc}", stream=stream.name
-        ) from exc
+        admin.poll(0)  # serves the error_cb
+        raise _topic_error(stream.name, refusals.take() or exc.args[0]) from exc
     return count
+
+
+def _topic_error(topic: str, err: KafkaError) -> BolideError:
+    """What a failed describe or create of ``topic`` raises: an answer that retrying cannot
+    fix as its typed error, anything else as a ``BrokerError``."""
+    said = err.str()
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return AuthorizationError(
+            f"the broker refused to describe or create topic {topic!r} ({said}): grant the "
+            "user DESCRIBE on it (WRITE and READ include it), and CREATE if bolide is to "
+            "create it; or create it first",
+            resource_type="topic",
+            resource=topic,
+            cause=err,
+            stream=topic,
+        )
+    if err.code() in AUTHENTICATION_CODES:
+        return authentication_error(err, topic)
+    return BrokerError(f"cannot create or describe topic {topic!r}: {said}", stream=topic)
 
 
 def _wait_for_topic(admin: AdminClient, topic: str) -> int:

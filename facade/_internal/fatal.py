@@ -22,7 +22,15 @@ from bolide.facade.errors import (
 )
 from bolide.facade.record import Record
 
-__all__ = ["FATAL_CODES", "Refusals", "Role", "Scope", "fatal_error"]
+__all__ = [
+    "AUTHENTICATION_CODES",
+    "FATAL_CODES",
+    "Refusals",
+    "Role",
+    "Scope",
+    "authentication_error",
+    "fatal_error",
+]
 
 log = logging.getLogger("bolide.facade")
 
@@ -34,11 +42,14 @@ _AUTHORIZATION = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional_id",
 }
-_AUTHENTICATION = frozenset({KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION})
+#: The error codes of refused credentials.
+AUTHENTICATION_CODES = frozenset(
+    {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION}
+)
 _INCOMPATIBLE = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.UNSUPPORTED_VERSION})
 
 #: Every error code ``fatal_error`` turns into an error.
-FATAL_CODES = frozenset({*_AUTHORIZATION, *_AUTHENTICATION, *_INCOMPATIBLE})
+FATAL_CODES = frozenset({*_AUTHORIZATION, *AUTHENTICATION_CODES, *_INCOMPATIBLE})
 
 
 @dataclass(frozen=True)
@@ -77,14 +88,8 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
             record=record,
             stream=scope.topic,
         )
-    if code in _AUTHENTICATION:
-        return AuthenticationError(
-            f"the broker refused this client's credentials ({said}): check sasl.username, "
-            "sasl.password and sasl.mechanism (or the client certificate) in the Cluster",
-            cause=err,
-            record=record,
-            stream=scope.topic,
-        )
+    if code in AUTHENTICATION_CODES:
+        return authentication_error(err, scope.topic, record)
     if code == KafkaError.INVALID_SESSION_TIMEOUT:
         floor = (
             f"{scope.session_floor_ms} ms"
@@ -104,6 +109,19 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
             stream=scope.topic,
         )
     return None
+
+
+def authentication_error(
+    err: KafkaError, topic: str, record: Record | None = None
+) -> AuthenticationError:
+    """The error for refused credentials (``err``), met working on ``topic``."""
+    return AuthenticationError(
+        f"the broker refused this client's credentials ({err.str()}): check sasl.username, "
+        "sasl.password and sasl.mechanism (or the client certificate) in the Cluster",
+        cause=err,
+        record=record,
+        stream=topic,
+    )
 
 
 def _acl_fix(kind: str, scope: Scope) -> tuple[str | None, str]:

@@ -63,6 +63,8 @@ def grant(admin_cluster: Cluster, user: str, grants: list[Grant]) -> None:
         )
         for kind, name, operation in grants
     ]
+    if not grants:
+        return
     admin = admin_client(admin_cluster)
     for future in admin.create_acls(bindings).values():
         future.result(30)

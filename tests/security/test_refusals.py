@@ -6,7 +6,7 @@ broker's floor (``IncompatibleBrokerError`` naming both)."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import AclOperation, ResourceType
+from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 
 from bolide.facade import (
     AuthenticationError,
@@ -17,9 +17,11 @@ from bolide.facade import (
     Publisher,
     PublisherConfig,
     Record,
+    StreamConfig,
     Subscriber,
     SubscriberConfig,
 )
+from bolide.facade.kafka import admin_client
 from tests.conftest import eventually
 from tests.security.conftest import (
     LEASE_MS,
@@ -128,3 +130,31 @@ def test_a_receiver_reports_a_refusal_once_and_stops(
         eventually(lambda: not receiver.running, 120)
         refusals = [e for _, e in reports if isinstance(e, AuthorizationError)]
         assert len(refusals) == 1 and refusals[0].resource == "receiver-no-acl"
+
+
+def test_a_user_without_any_acl_on_the_topic_is_refused_when_the_publisher_starts(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    stream = StreamConfig(name="orders-no-acl", partitions=1)
+    # Made behind bolide's back, so that the publisher describes it as the user.
+    new = NewTopic(stream.name, num_partitions=1, replication_factor=1)
+    admin = admin_client(secured.cluster())
+    admin.create_topics([new])[stream.name].result(60)
+    user = user_factory([])
+    with pytest.raises(AuthorizationError) as caught:
+        Publisher(user, PublisherConfig(stream=stream))
+    assert caught.value.resource_type == "topic" and caught.value.resource == stream.name
+    assert "DESCRIBE" in str(caught.value)
+
+
+def test_a_wrong_password_on_a_stream_not_yet_known_is_an_authentication_error(
+    secured: EmbeddedBroker,
+) -> None:
+    secured.add_user("mallory-new", "right-password")
+    wrong = secured.cluster(**{"sasl.username": "mallory-new", "sasl.password": "wrong"})
+    stream = StreamConfig(name="orders-never-described", partitions=1)
+    with (
+        pytest.raises(AuthenticationError),
+        Publisher(wrong, PublisherConfig(stream=stream)) as pub,
+    ):
+        pub.publish(Record(b"x"), 120)
