@@ -317,6 +317,8 @@ class Publisher(Closing):
 
         Raises:
             PublishError: The broker did not accept the record.
+            AuthorizationError: The user may not write the stream (the message names the ACL).
+            AuthenticationError: The broker refused the cluster's credentials.
             TimeoutError: No answer within ``timeout_s``.
         """
         future = self.publish_async(record)

@@ -165,7 +165,8 @@ class Subscriber(Closing):
 
         Returns as soon as at least one record is available, with up to ``max_batch`` records.
         A grouped subscriber that gains the lease during the wait returns its records in the
-        same call.
+        same call. A broker answer that retrying cannot fix raises its typed error
+        (``AuthorizationError``, ``AuthenticationError``, ``IncompatibleBrokerError``).
         """
         check_int("timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
