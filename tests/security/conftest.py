@@ -37,11 +37,12 @@ UserFactory = Callable[[list[Grant]], Cluster]
 
 
 @pytest.fixture(scope="package")
-def secured() -> Iterator[EmbeddedBroker]:
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """A SASL_SSL broker with a stock ``group.min.session.timeout.ms``, stopped at the end."""
     broker = EmbeddedBroker(
         engine="kafka",
         security="sasl_ssl",
+        log_path=tmp_path_factory.mktemp("secured") / "kafka.log",
         broker_settings={"group.min.session.timeout.ms": str(STOCK_SESSION_FLOOR_MS)},
     )
     with broker:
