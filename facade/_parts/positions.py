@@ -202,13 +202,14 @@ class Positions:
         self.assign(positions)
 
     def restart(self, partitions: Iterable[int]) -> None:
-        """Kafka fetches ``partitions`` on from where this subscriber stands, after another
-        source delivered them (the shared fetch's ring): from the delivery position, or where
-        Kafka takes over from the history being spliced. A paused partition stays paused and
-        fetches from there once resumed (Kafka's own resume position is where this consumer
-        last delivered, not where the subscriber stands)."""
+        """Kafka fetches ``partitions`` on from the next offset expected of it, after another
+        source delivered them (the shared fetch's ring): the delivery position, or where Kafka
+        takes over from the history spliced (read or queued). A paused partition stays paused
+        and fetches from there once resumed (Kafka's own resume position is where this
+        consumer last delivered, not where the subscriber stands)."""
+        expected = self.gaps.expected
         for p in partitions:
-            offset = self._resume_at.get(p, self.next[p])
+            offset = expected.get(p, self.next[p])
             self._consumer.seek(TopicPartition(self.topic, p, offset))
 
     def rewind(self, partition: int, offset: int) -> None:
