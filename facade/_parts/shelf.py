@@ -328,19 +328,26 @@ class Shelf:
     def _settle(self, lane: _Lane) -> None:
         """Count finished copies done for their tier's confirm, in the lane's order: the
         first, and each behind it in the same tier partition (a confirm passes them after
-        it); one in another tier waits until those before it are confirmed."""
-        before: Entry | None = None
+        it); one in another tier waits until those before it are confirmed. Of a run of
+        such copies only the last is kept: its confirm is theirs (a key flowing through a
+        tier whose confirm is held up keeps one entry, not one per record)."""
+        kept: list[Entry] = []
         for entry in lane.pending:
             where = entry.where
             assert where is not None, "a pending entry has a copy"
-            if before is not None and (entry.tier != before.tier or where <= (before.where or 0)):
-                return
+            before = kept[-1] if kept else None
+            if before is not None:
+                if not before.settled or before.tier != entry.tier or where <= (before.where or 0):
+                    kept.append(entry)  # waits until those before it are confirmed
+                    continue
+                kept.pop()  # confirmed no later than ``entry``
             if not entry.settled:
                 entry.settled = True
                 track = self._tracks.get((entry.tier, entry.partition))
                 if track is not None:
                     track.finish(where)
-            before = entry
+            kept.append(entry)
+        lane.pending = kept
 
     def _is_confirmed(self, entry: Entry) -> bool:
         confirmed = self._confirmed.get((entry.tier, entry.partition), -1)
