@@ -144,7 +144,7 @@ class PostgreSQLGuard(FilterGuard):
                     conn.exec_driver_sql(f"GRANT {FILTER_ROLE} TO CURRENT_USER")
             except exc.DBAPIError as error:
                 state = getattr(error.orig, "sqlstate", None)
-                if state == "42501":  # insufficient_privilege
+                if state in ("42501", "25006"):  # insufficient_privilege, a read-only server
                     raise _no_role(conn, missing=True) from None
                 if state not in ("42710", "23505"):  # created meanwhile by another filter
                     raise

@@ -128,6 +128,19 @@ def test_postgresql_runs_the_filter_as_a_role_without_rights(
 
 
 @pytest.mark.postgres
+def test_postgresql_reads_literals_as_the_text_check_does(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # With standard_conforming_strings off, a backslash in a literal escapes the next character
+    # and a literal may end elsewhere than the text check saw: the filter turns it on.
+    url = make_db_url("postgresql", tmp_path, request) + "%20-cstandard_conforming_strings%3Doff"
+    letters = [_letter(0, headers=(("bolide.reason", b"a\\b"),)), LETTERS[1]]
+    where = check_filter("reason = 'a\\b'")
+    rows = [d.columns() for d in letters]
+    assert select_ids(sa.make_url(url), where, rows) == {letters[0].id}
+
+
+@pytest.mark.postgres
 def test_a_user_that_cannot_become_the_filter_role_gets_the_grant_to_run(
     pg_admin: sa.Engine, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
