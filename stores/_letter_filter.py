@@ -265,7 +265,7 @@ def select_ids(
             guard.enter(conn)
             try:
                 for batch in _batches(rows):
-                    guard.before(conn)
+                    guard.before(conn, batch)
                     found = conn.execute(_statement(expression, batch)).scalars()
                     chosen |= {str(i) for i in found if i is not None}
             finally:

@@ -9,7 +9,8 @@ reading the text right:
 - ``SQLiteGuard``: an authorizer on the filter's connection allows a ``SELECT`` and the
   functions a filter may call, and denies everything else: reading any table (a subquery,
   ``sqlite_master``, the dead-letter rows' own CTE), a recursive CTE, a pragma. A progress
-  handler interrupts the statement once the time is up.
+  handler interrupts the statement once the time is up, and ``SQLITE_LIMIT_LENGTH`` keeps the
+  values it builds small enough that no single step outruns the time.
 - ``PostgreSQLGuard``: each statement runs as the role ``FILTER_ROLE``, which holds no
   privilege (no table, no server file), with ``statement_timeout`` set to the time left and
   ``standard_conforming_strings`` on. The role and the settings are set again before every
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import exc
@@ -33,6 +35,8 @@ __all__ = ["FILTER_ROLE", "FilterGuard", "PostgreSQLGuard", "SQLiteGuard"]
 FILTER_ROLE = "bolide_filter"
 #: SQLite virtual-machine steps between two looks at the clock.
 _STEPS = 1_000
+#: The least SQLite lets a filter's values grow to, in bytes.
+_MIN_LENGTH = 16 * 1024 * 1024
 #: SQLite's names for the JSON operators (json_extract, as an operator).
 _OPERATORS = frozenset(("->", "->>"))
 
@@ -55,8 +59,8 @@ class FilterGuard:
     def enter(self, conn: Connection) -> None:
         """Once the connection is read-only."""
 
-    def before(self, conn: Connection) -> None:
-        """Before each statement of the filter."""
+    def before(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Before each statement of the filter, over ``rows``."""
         if self.left_ms() <= 0:
             raise self.too_long()
 
@@ -94,6 +98,14 @@ class SQLiteGuard(FilterGuard):
         raw.set_authorizer(None)
         raw.set_progress_handler(None, _STEPS)
 
+    def before(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        super().before(conn, rows)
+        # The clock is read between steps; one step building a huge value (nested replace())
+        # would run past the time, and take the memory, unless values are kept small.
+        sizes = (len(v) for r in rows for v in r.values() if isinstance(v, str | bytes))
+        largest = max(sizes, default=0)
+        _sqlite(conn).setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(_MIN_LENGTH, 8 * largest))
+
     def stop(self) -> bool:
         """The progress handler: true (interrupt) once the time is up."""
         return time.monotonic() > self.deadline
@@ -124,8 +136,14 @@ class SQLiteGuard(FilterGuard):
             return None
         if self.denied:  # the statement was refused when prepared
             return _reaches(self.denied[0])
-        if getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_INTERRUPT:
             return self.too_long()
+        if code == sqlite3.SQLITE_TOOBIG:
+            return DeadLetterFilterError(
+                "where built a value larger than a filter may (the largest of the dead letters' "
+                f"values times 8, at least {_MIN_LENGTH} bytes)"
+            )
         return None
 
 
@@ -150,8 +168,8 @@ class PostgreSQLGuard(FilterGuard):
                     raise
         conn.commit()
 
-    def before(self, conn: Connection) -> None:
-        super().before(conn)
+    def before(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        super().before(conn, rows)
         try:
             conn.exec_driver_sql(f"SET LOCAL ROLE {FILTER_ROLE}")
         except exc.DBAPIError as error:

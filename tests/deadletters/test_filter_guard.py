@@ -105,6 +105,21 @@ def test_a_filter_that_runs_too_long_is_stopped(db_url: str, where: str) -> None
         assert "a recursive query" in str(stopped.value)
 
 
+def test_sqlite_keeps_a_filter_s_values_small(tmp_path: Path) -> None:
+    # Each replace() is one step of SQLite's machine, between two looks at the clock: nested,
+    # they would build a gigabyte (past the time bound) before SQLite's own limit stopped them.
+    # Here 32 MiB: past the filter's bound, far below SQLite's own.
+    grown = "'xxxxxxxxxxxxxxxx'"
+    for _ in range(7):
+        grown = f"replace({grown}, 'x', 'xxxxxxxx')"
+    where = check_filter(f"length({grown}) < 0")
+    with pytest.raises(DeadLetterFilterError, match="a value larger than a filter may"):
+        select_ids(sa.make_url(f"sqlite:///{tmp_path / 'h.db'}"), where, ROWS)
+    # Dead letters larger than that bound are still filtered.
+    big = [_letter(0, value=b"y" * (20 * 1024 * 1024)).columns()]
+    assert select_ids(sa.make_url(f"sqlite:///{tmp_path / 'h.db'}"), "length(payload) > 0", big)
+
+
 @pytest.mark.parametrize(
     "literal", ["x :foo", "at 10:30", "a\\:b", "::x", "%(y)s", "% :x %"], ids=repr
 )
