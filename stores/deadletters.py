@@ -28,7 +28,7 @@ from bolide.facade.deadletter import (
 )
 from bolide.facade.errors import DeadLetterNotFoundError, DeadLetterSourceError
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._letter_filter import check_filter, select_ids
+from bolide.stores._letter_filter import WHERE_TIMEOUT_MS, check_filter, select_ids
 from bolide.stores._letter_purge import mark_and_delete, purged, trim_kafka
 from bolide.stores._letter_replay import Job, Replay, replay_targets
 from bolide.stores._letter_scan import StreamRead, kafka_bounds, read_kafka, read_stream, reader
@@ -172,18 +172,30 @@ class DeadLetters:
         store: The history store: it may hold archived dead letters, and it keeps the replays
             and purges (schema revision ``0008`` or newer: ``bolide db upgrade``).
         cluster: Where the dead-letter streams, and the streams replays publish to, live.
+        where_timeout_ms: How long a ``where`` filter may run, in milliseconds, all its
+            statements together; one that runs longer raises ``DeadLetterFilterError`` and
+            nothing is replayed or purged.
 
     Every call reads the dead-letter stream whole (archive and Kafka), so its cost grows with
     the stream; dead-letter streams are meant to stay small.
     """
 
-    def __init__(self, store: SqlStore, cluster: Cluster) -> None:
+    def __init__(
+        self, store: SqlStore, cluster: Cluster, *, where_timeout_ms: int = WHERE_TIMEOUT_MS
+    ) -> None:
         if not isinstance(store, SqlStore):
             raise TypeError(f"store must be a SqlStore, not {type(store).__name__}")
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a Cluster, not {type(cluster).__name__}")
+        if isinstance(where_timeout_ms, bool) or not isinstance(where_timeout_ms, int):
+            raise TypeError(
+                f"where_timeout_ms must be an int, not {type(where_timeout_ms).__name__}"
+            )
+        if where_timeout_ms <= 0:
+            raise ValueError(f"where_timeout_ms must be positive, not {where_timeout_ms}")
         self.store = store
         self.cluster = cluster
+        self.where_timeout_ms = where_timeout_ms
 
     def __repr__(self) -> str:
         return f"DeadLetters({self.store!r}, {self.cluster!r})"
@@ -283,7 +295,8 @@ class DeadLetters:
     ) -> builtins.list[DeadLetter]:
         if where is None:
             return letters
-        chosen = select_ids(self.store.engine.url, where, (d.columns() for d in letters))
+        rows = (d.columns() for d in letters)
+        chosen = select_ids(self.store.engine.url, where, rows, timeout_ms=self.where_timeout_ms)
         return [d for d in letters if d.id in chosen]
 
     # -- replay -------------------------------------------------------------------------------
@@ -309,7 +322,8 @@ class DeadLetters:
             to: The stream to publish to; ``None``: each dead letter's ``bolide.source`` stream.
             where: An SQL expression over the dead letters' columns (``COLUMNS`` in
                 ``bolide.stores._letter_filter``, listed in docs/dead-letters.md), e.g.
-                ``"reason = 'failed' AND source_offset >= 100"``; checked and run read-only.
+                ``"reason = 'failed' AND source_offset >= 100"``; checked, then run read-only by
+                the database, which keeps it to those columns and to ``where_timeout_ms``.
             claim_timeout_s: A claim another replay left unfinished is taken over only when
                 older than this and its record is not in the target.
             progress: ``fn(done, total)`` after each batch.
@@ -318,7 +332,10 @@ class DeadLetters:
             How many records this call published.
 
         Raises:
-            DeadLetterFilterError: ``where`` is not one read-only expression (nothing sent).
+            DeadLetterFilterError: ``where`` is not one read-only expression over the dead
+                letters' columns, or ran longer than ``where_timeout_ms`` (nothing sent).
+            StoreError: On PostgreSQL, the store's user cannot run a filter as the role
+                ``bolide_filter`` (the message names the grant).
             DeadLetterSourceError: A chosen dead letter has no ``bolide.source`` and ``to``
                 is ``None`` (nothing sent).
             DeadLetterNotFoundError: No such dead-letter stream.
