@@ -127,7 +127,12 @@ class ShareSubscriber(Subscriber):
             IllegalSubscriberStateError: Records of the previous poll are not settled yet, or
                 the subscriber is closed.
             SerializationError: A record the serde cannot decode, with no dead letter stream
-                (the record is released: delivered again until the group's delivery limit).
+                (the record is released: delivered again until the group's delivery limit);
+                or a retriable failure (the registry unreachable): the record stays acquired
+                here and the next poll decodes it again. Either way the records decoded
+                before it come with the next poll.
+            PublishError: The dead letter of an undecodable record was not published: it
+                stays acquired here, and the next poll tries again.
         """
         check_int("timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
@@ -167,26 +172,44 @@ class ShareSubscriber(Subscriber):
             self._queue.append(record)
 
     def _take(self) -> RecordBatch:
-        """Up to ``max_batch`` queued records, decoded, now held by the application."""
+        """Up to ``max_batch`` queued records, decoded, now held by the application.
+
+        A failure leaves every record not settled acquired and queued, in order: the records
+        decoded before it and the one that failed come back with the next poll.
+        """
         out: list[Record] = []
-        while self._queue and len(out) < self.config.max_batch:
-            record = self._queue.popleft()
-            key = _key(record)
-            self._held[key] = record
-            if self._decoder is not None:
-                failure = self._decoder.decode(record)
-                if failure is not None:
-                    if self.config.dead_letter is None:
-                        for taken in reversed(out):  # returned by the next poll instead
-                            del self._held[_key(taken)]
-                            self._queue.appendleft(taken)
-                        self._settle(key, AcknowledgeType.RELEASE)
-                        raise failure
-                    self._dead_letter(record, Reason.UNDECODABLE, str(failure))
-                    self._settle(key, AcknowledgeType.REJECT)
-                    continue
-            out.append(record)
+        try:
+            while self._queue and len(out) < self.config.max_batch:
+                record = self._queue[0]
+                if self._decoder is None or self._decoded(record):
+                    out.append(self._queue.popleft())
+        except BaseException:
+            self._queue.extendleft(reversed(out))
+            raise
+        for record in out:
+            self._held[_key(record)] = record
         return RecordBatch(out)
+
+    def _decoded(self, record: Record) -> bool:
+        """Decode ``record``, the first queued; ``False`` when it could not be and went to
+        the dead letter stream (rejected). Without one it is released and its error raised.
+
+        A retriable failure (the registry unreachable) and a dead letter that was not
+        published raise with ``record`` still queued and acquired: the next poll tries it
+        again, its ``delivery_count`` unchanged.
+        """
+        assert self._decoder is not None
+        failure = self._decoder.decode(record)
+        if failure is None:
+            return True
+        if self.config.dead_letter is not None:
+            self._dead_letter(record, Reason.UNDECODABLE, str(failure))
+        self._queue.popleft()
+        if self.config.dead_letter is None:
+            self._settle(_key(record), AcknowledgeType.RELEASE)
+            raise failure
+        self._settle(_key(record), AcknowledgeType.REJECT)
+        return False
 
     # -- settling ----------------------------------------------------------------------
 
@@ -256,9 +279,10 @@ class ShareSubscriber(Subscriber):
             self._settle(self._check_held(record), kind)
 
     def _settle(self, key: _Key, kind: AcknowledgeType) -> None:
-        """Acknowledge one held record (under the lock). The acknowledgements go to the
-        broker with the next poll (which asks for the next records in the same request),
-        with ``confirm()``, or on ``close()``."""
+        """Acknowledge one acquired record (under the lock), held by the application or
+        still queued; it is held no more. The acknowledgements go to the broker with the
+        next poll (which asks for the next records in the same request), with
+        ``confirm()``, or on ``close()``."""
         stream, partition, offset = key
         try:
             self._share.acknowledge_offset(stream, partition, offset, kind)
@@ -269,7 +293,7 @@ class ShareSubscriber(Subscriber):
                 f"expired: another member may have it): {exc}",
                 stream=stream,
             ) from exc
-        del self._held[key]
+        self._held.pop(key, None)
 
     def _commit_sync(self) -> None:
         try:
@@ -427,10 +451,8 @@ class ShareSubscriber(Subscriber):
             self._closed = True
             try:
                 for record in [*self._held.values(), *self._queue]:
-                    key = _key(record)
-                    self._held[key] = record
                     with contextlib.suppress(IllegalSubscriberStateError):  # its lock expired
-                        self._settle(key, AcknowledgeType.RELEASE)
+                        self._settle(_key(record), AcknowledgeType.RELEASE)
                 self._queue.clear()
             finally:
                 try:
