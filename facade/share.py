@@ -22,14 +22,8 @@ import time
 from collections import deque
 from typing import Any, Unpack, cast
 
-from confluent_kafka import (
-    AcknowledgeType,
-    IllegalStateException,
-    KafkaError,
-    KafkaException,
-    Message,
-    ShareConsumer,
-)
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._parts.client import error_reporter
@@ -53,12 +47,32 @@ from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
-__all__ = ["ShareSubscriber"]
+# confluent-kafka 2.16 and later; below it bolide.facade imports and a share subscriber says why
+# it cannot be built (the floor run, tests/test_floors.py, takes that path).
+with contextlib.suppress(ImportError):
+    from confluent_kafka import AcknowledgeType, IllegalStateException, ShareConsumer
+
+__all__ = ["SHARE_CLIENT_MIN", "ShareSubscriber", "require_share_client"]
+
+#: The oldest confluent-kafka whose share consumer bolide was tested with.
+SHARE_CLIENT_MIN = (2, 16)
 
 _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
 _GROUP_ONLY = ("enable.auto.commit", "enable.auto.offset.store", "fetch.queue.backoff.ms")
 _Key = tuple[str, int, int]
+
+
+def require_share_client() -> None:
+    """Raise ``BrokerError`` unless the installed confluent-kafka has a usable share consumer."""
+    installed = confluent_kafka.version()[0]
+    release = tuple(int(part) for part in installed.split(".")[:2] if part.isdigit())
+    if release < SHARE_CLIENT_MIN or "ShareConsumer" not in globals():
+        wanted = ".".join(map(str, SHARE_CLIENT_MIN))
+        raise BrokerError(
+            f"share groups need confluent-kafka {wanted} or later (installed: {installed}): "
+            f"pip install 'confluent-kafka>={wanted}'"
+        )
 
 
 @subscriber_kind("share")
@@ -90,6 +104,7 @@ class ShareSubscriber(Subscriber):
         self._last_poll_ms: int | None = None
         self._letters: Publisher | None = None  # the dead letter stream's, made on first use
         self._letters_lock = threading.Lock()  # not the share lock: _take holds that one
+        require_share_client()
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
         #: The group's delivery limit and record lock, as the broker has them.
