@@ -6,19 +6,20 @@ On a real broker (DeleteRecords for real on Apache Kafka) and both real database
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+import sqlalchemy as sa
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import NewTopic
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Reason, Record, StreamConfig
 from bolide.facade.deadletter import letter
 from bolide.facade.kafka import admin_client, partition_count, probe_consumer
 from bolide.stores import Archiver, DeadLetters, SqlStore
-from bolide.stores._letter_scan import topic_id
 from tests.conftest import DATABASES, eventually, upgraded_db_url
 from tests.deadletters.conftest import read_all
 
@@ -39,10 +40,19 @@ def _publish_letters(cluster: Cluster, dead: StreamConfig, source: str, tag: byt
             pub.publish(letter(failed, Reason.FAILED, "boom", f"{source}/0/{i}"))
 
 
+def _topic_id(cluster: Cluster, name: str) -> str | None:
+    admin = admin_client(cluster)
+    future = admin.describe_topics(TopicCollection([name]))[name]
+    try:
+        return str(future.result(timeout=30).topic_id)
+    except KafkaException:  # gone
+        return None
+
+
 def _recreate(cluster: Cluster, name: str) -> None:
     """Delete topic ``name``, wait until it is gone, and create it again (one partition)."""
     admin = admin_client(cluster)
-    before = topic_id(cluster, name)
+    before = _topic_id(cluster, name)
     admin.delete_topics([name], operation_timeout=30)[name].result(timeout=60)
     eventually(lambda: partition_count(admin_client(cluster), name) is None, 60)
 
@@ -55,7 +65,7 @@ def _recreate(cluster: Cluster, name: str) -> None:
         return True
 
     eventually(created, 60, 0.5)
-    eventually(lambda: topic_id(cluster, name) not in (None, before), 60)
+    eventually(lambda: _topic_id(cluster, name) not in (None, before), 60)
 
 
 def _log_start(cluster: Cluster, name: str) -> int:
@@ -134,3 +144,54 @@ def test_archived_dead_letters_of_either_topic_keep_their_own_books(
     kept = store.load(dead.name, 0, 4)
     assert kept is not None and kept.data == b"old 4"
     assert [d.offset for d in workbench.list(stream=dead.name)] == [0, 1, 2, 3, 5]
+
+
+def test_books_written_before_topic_ids_cover_only_older_letters(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
+) -> None:
+    """Rows of revision 0008 (no topic id): after the upgrade they still hide and skip the
+    letters they were written about, never trim Kafka, and leave a new topic's letters alone."""
+    source, dead = stream_factory("orders"), stream_factory("orders-dlq")
+    store.downgrade("0008")
+    _publish_letters(cluster, dead, source.name, b"old")
+    now = int(time.time() * 1000)
+    place = {"stream": dead.name, "kafka_partition": 0}
+    with store.engine.begin() as conn:
+        for offset in (0, 1):
+            conn.execute(
+                _table("bolide_dead_letter_purges", conn).insert(),
+                [{**place, "kafka_offset": offset, "purged_ms": now}],
+            )
+        conn.execute(
+            _table("bolide_dead_letter_replays", conn).insert(),
+            [
+                {
+                    **place,
+                    "kafka_offset": 2,
+                    "target_stream": source.name,
+                    "owner": "before",
+                    "claimed_ms": now,
+                    "target_partition": 0,
+                    "target_offset": 0,
+                    "replayed_ms": now,
+                }
+            ],
+        )
+    store.upgrade()
+    workbench = DeadLetters(store, cluster)
+    listed = workbench.list(stream=dead.name)
+    assert [d.offset for d in listed] == [2, 3, 4, 5]
+    assert [d.replayed_to for d in listed] == [(source.name,), (), (), ()]
+    assert workbench.purge(stream=dead.name, reason=Reason.TIMEOUT) == 0
+    assert _log_start(cluster, dead.name) == 0  # an old mark is not proof enough to trim
+    _recreate(cluster, dead.name)
+    _publish_letters(cluster, dead, source.name, b"new")
+    listed = workbench.list(stream=dead.name)
+    assert [(d.offset, d.replayed_to) for d in listed] == [(i, ()) for i in range(6)]
+    assert workbench.purge(stream=dead.name, reason=Reason.TIMEOUT) == 0
+    assert _log_start(cluster, dead.name) == 0
+
+
+def _table(name: str, conn: sa.Connection) -> sa.Table:
+    """Table ``name`` as the database has it now (an older revision's shape)."""
+    return sa.Table(name, sa.MetaData(), autoload_with=conn)
