@@ -79,11 +79,6 @@ class DeadLetter:
         """``<stream>/<partition>/<offset>``: what ``DeadLetters.show`` takes."""
         return f"{self.stream}/{self.partition}/{self.offset}"
 
-    @property
-    def which(self) -> Letter:
-        """Which letter it is at its place, for the replay and purge books."""
-        return Letter(self.topic_id, self.timestamp_ms)
-
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or ``None``."""
         found = None
@@ -368,7 +363,7 @@ class DeadLetters:
         expression = None if where is None else check_filter(where)
         letters, read = self._letters(stream)
         chosen = self._where(wanted.apply(letters), expression)
-        mark_and_delete(self.store, stream, [(d.partition, d.offset, d.which) for d in chosen])
+        mark_and_delete(self.store, stream, [(d.partition, d.offset, _which(d)) for d in chosen])
         trim_kafka(self.store, self.cluster, stream, read)
         return len(chosen)
 
@@ -390,6 +385,11 @@ def _letter(
     )
 
 
+def _which(letter: DeadLetter) -> Letter:
+    """Which letter ``letter`` is at its place, for the replay and purge books."""
+    return Letter(letter.topic_id, letter.timestamp_ms)
+
+
 def _jobs(stream: str, chosen: builtins.list[DeadLetter], target: str | None) -> builtins.list[Job]:
     """What to replay where; refuses (sending nothing) when a dead letter names no source
     and no target was given."""
@@ -400,7 +400,8 @@ def _jobs(stream: str, chosen: builtins.list[DeadLetter], target: str | None) ->
         if to is None and position is not None:
             to = position[0]
         if to is not None:
-            jobs.append(Job(letter.record(), to, letter.which, letter.which.stored_topic))
+            which = _which(letter)
+            jobs.append(Job(letter.record(), to, which, which.stored_topic))
         else:
             orphans.append(letter.id)
     if orphans:

@@ -18,10 +18,10 @@ from confluent_kafka.admin import NewTopic
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Reason, Record, StreamConfig
 from bolide.facade.deadletter import letter
-from bolide.facade.kafka import admin_client, partition_count, probe_consumer
+from bolide.facade.kafka import admin_client, partition_count
 from bolide.stores import Archiver, DeadLetters, SqlStore
 from tests.conftest import DATABASES, eventually, upgraded_db_url
-from tests.deadletters.conftest import read_all
+from tests.deadletters.conftest import log_start, read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
@@ -68,16 +68,6 @@ def _recreate(cluster: Cluster, name: str) -> None:
     eventually(lambda: _topic_id(cluster, name) not in (None, before), 60)
 
 
-def _log_start(cluster: Cluster, name: str) -> int:
-    from bolide.facade.kafka import log_starts
-
-    consumer = probe_consumer(cluster)
-    try:
-        return log_starts(consumer, name, [0], cluster=cluster)[0]
-    finally:
-        consumer.close()
-
-
 def test_books_of_a_deleted_topic_leave_the_new_one_alone(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
 ) -> None:
@@ -95,7 +85,7 @@ def test_books_of_a_deleted_topic_leave_the_new_one_alone(
     assert workbench.show(f"{dead.name}/0/1").value == b"new 1"
     # A purge that chooses nothing deletes nothing from Kafka.
     assert workbench.purge(stream=dead.name, reason=Reason.TIMEOUT) == 0
-    assert _log_start(cluster, dead.name) == 0
+    assert log_start(cluster, dead.name) == 0
     assert [r.data for r in read_all(cluster, dead)] == [b"new %d" % i for i in range(6)]
     # Replayed once, to the source: the previous topic's replays were other dead letters.
     assert workbench.replay(stream=dead.name) == 6
@@ -183,13 +173,13 @@ def test_books_written_before_topic_ids_cover_only_older_letters(
     assert [d.offset for d in listed] == [2, 3, 4, 5]
     assert [d.replayed_to for d in listed] == [(source.name,), (), (), ()]
     assert workbench.purge(stream=dead.name, reason=Reason.TIMEOUT) == 0
-    assert _log_start(cluster, dead.name) == 0  # an old mark is not proof enough to trim
+    assert log_start(cluster, dead.name) == 0  # an old mark is not proof enough to trim
     _recreate(cluster, dead.name)
     _publish_letters(cluster, dead, source.name, b"new")
     listed = workbench.list(stream=dead.name)
     assert [(d.offset, d.replayed_to) for d in listed] == [(i, ()) for i in range(6)]
     assert workbench.purge(stream=dead.name, reason=Reason.TIMEOUT) == 0
-    assert _log_start(cluster, dead.name) == 0
+    assert log_start(cluster, dead.name) == 0
 
 
 def _table(name: str, conn: sa.Connection) -> sa.Table:
