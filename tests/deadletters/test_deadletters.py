@@ -27,10 +27,9 @@ from bolide.facade.deadletter import (
     SOURCE_HEADER,
     letter,
 )
-from bolide.facade.kafka import probe_consumer
 from bolide.stores import DeadLetter, DeadLetters
 from bolide.stores._dead_letter_schema import REPLAYS
-from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, end_of, read_all
+from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, end_of, log_start, read_all
 from tests.deadletters.test_filter_guard import ENDLESS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
@@ -236,13 +235,7 @@ def test_purge_hides_deletes_and_trims_what_kafka_allows(
 
 
 def _log_start(letters: Letters, stream: str) -> int:
-    from bolide.facade.kafka import log_starts
-
-    consumer = probe_consumer(letters.cluster)
-    try:
-        return log_starts(consumer, stream, [0], cluster=letters.cluster)[0]
-    finally:
-        consumer.close()
+    return log_start(letters.cluster, stream)
 
 
 def test_a_replay_that_died_mid_way_publishes_nothing_twice(
