@@ -65,7 +65,7 @@ _Key = tuple[str, int, int]
 
 def require_share_client() -> None:
     """Raise ``BrokerError`` unless the installed confluent-kafka has a usable share consumer."""
-    installed = confluent_kafka.version()[0]
+    installed = str(getattr(confluent_kafka, "__version__", "0"))
     release = tuple(int(part) for part in installed.split(".")[:2] if part.isdigit())
     if release < SHARE_CLIENT_MIN or "ShareConsumer" not in globals():
         wanted = ".".join(map(str, SHARE_CLIENT_MIN))
