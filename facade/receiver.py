@@ -124,6 +124,15 @@ class ReceiverHost(StreamReader, Protocol):
         """Fetch again what ``hold_fetching`` stopped, unless another reason holds it."""
         ...
 
+    def hold_parked(self, partitions: AbstractSet[int]) -> None:
+        """Stop Kafka fetching held ``partitions``, keeping the lease: they have as many
+        records parked in retry tiers as the receiver keeps in memory."""
+        ...
+
+    def release_parked(self, partitions: AbstractSet[int]) -> None:
+        """Fetch again what ``hold_parked`` stopped, unless another reason holds it."""
+        ...
+
     @property
     def cluster(self) -> Cluster:
         """The subscriber's cluster."""

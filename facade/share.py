@@ -22,14 +22,8 @@ import time
 from collections import deque
 from typing import Any, Unpack, cast
 
-from confluent_kafka import (
-    AcknowledgeType,
-    IllegalStateException,
-    KafkaError,
-    KafkaException,
-    Message,
-    ShareConsumer,
-)
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._parts.client import error_reporter
@@ -53,12 +47,32 @@ from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
-__all__ = ["ShareSubscriber"]
+# confluent-kafka 2.16 and later; below it bolide.facade imports and a share subscriber says why
+# it cannot be built (the floor run, tests/test_floors.py, takes that path).
+with contextlib.suppress(ImportError):
+    from confluent_kafka import AcknowledgeType, IllegalStateException, ShareConsumer
+
+__all__ = ["SHARE_CLIENT_MIN", "ShareSubscriber", "require_share_client"]
+
+#: The oldest confluent-kafka whose share consumer bolide was tested with.
+SHARE_CLIENT_MIN = (2, 16)
 
 _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
 _GROUP_ONLY = ("enable.auto.commit", "enable.auto.offset.store", "fetch.queue.backoff.ms")
 _Key = tuple[str, int, int]
+
+
+def require_share_client() -> None:
+    """Raise ``BrokerError`` unless the installed confluent-kafka has a usable share consumer."""
+    installed = str(getattr(confluent_kafka, "__version__", "0"))
+    release = tuple(int(part) for part in installed.split(".")[:2] if part.isdigit())
+    if release < SHARE_CLIENT_MIN or "ShareConsumer" not in globals():
+        wanted = ".".join(map(str, SHARE_CLIENT_MIN))
+        raise BrokerError(
+            f"share groups need confluent-kafka {wanted} or later (installed: {installed}): "
+            f"pip install 'confluent-kafka>={wanted}'"
+        )
 
 
 @subscriber_kind("share")
@@ -90,6 +104,7 @@ class ShareSubscriber(Subscriber):
         self._last_poll_ms: int | None = None
         self._letters: Publisher | None = None  # the dead letter stream's, made on first use
         self._letters_lock = threading.Lock()  # not the share lock: _take holds that one
+        require_share_client()
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
         #: The group's delivery limit and record lock, as the broker has them.
@@ -127,7 +142,12 @@ class ShareSubscriber(Subscriber):
             IllegalSubscriberStateError: Records of the previous poll are not settled yet, or
                 the subscriber is closed.
             SerializationError: A record the serde cannot decode, with no dead letter stream
-                (the record is released: delivered again until the group's delivery limit).
+                (the record is released: delivered again until the group's delivery limit);
+                or a retriable failure (the registry unreachable): the record stays acquired
+                here and the next poll decodes it again. Either way the records decoded
+                before it come with the next poll.
+            PublishError: The dead letter of an undecodable record was not published: it
+                stays acquired here, and the next poll tries again.
         """
         check_int("timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
@@ -167,26 +187,44 @@ class ShareSubscriber(Subscriber):
             self._queue.append(record)
 
     def _take(self) -> RecordBatch:
-        """Up to ``max_batch`` queued records, decoded, now held by the application."""
+        """Up to ``max_batch`` queued records, decoded, now held by the application.
+
+        A failure leaves every record not settled acquired and queued, in order: the records
+        decoded before it and the one that failed come back with the next poll.
+        """
         out: list[Record] = []
-        while self._queue and len(out) < self.config.max_batch:
-            record = self._queue.popleft()
-            key = _key(record)
-            self._held[key] = record
-            if self._decoder is not None:
-                failure = self._decoder.decode(record)
-                if failure is not None:
-                    if self.config.dead_letter is None:
-                        for taken in reversed(out):  # returned by the next poll instead
-                            del self._held[_key(taken)]
-                            self._queue.appendleft(taken)
-                        self._settle(key, AcknowledgeType.RELEASE)
-                        raise failure
-                    self._dead_letter(record, Reason.UNDECODABLE, str(failure))
-                    self._settle(key, AcknowledgeType.REJECT)
-                    continue
-            out.append(record)
+        try:
+            while self._queue and len(out) < self.config.max_batch:
+                record = self._queue[0]
+                if self._decoder is None or self._decoded(record):
+                    out.append(self._queue.popleft())
+        except BaseException:
+            self._queue.extendleft(reversed(out))
+            raise
+        for record in out:
+            self._held[_key(record)] = record
         return RecordBatch(out)
+
+    def _decoded(self, record: Record) -> bool:
+        """Decode ``record``, the first queued; ``False`` when it could not be and went to
+        the dead letter stream (rejected). Without one it is released and its error raised.
+
+        A retriable failure (the registry unreachable) and a dead letter that was not
+        published raise with ``record`` still queued and acquired: the next poll tries it
+        again, its ``delivery_count`` unchanged.
+        """
+        assert self._decoder is not None
+        failure = self._decoder.decode(record)
+        if failure is None:
+            return True
+        if self.config.dead_letter is not None:
+            self._dead_letter(record, Reason.UNDECODABLE, str(failure))
+        self._queue.popleft()
+        if self.config.dead_letter is None:
+            self._settle(_key(record), AcknowledgeType.RELEASE)
+            raise failure
+        self._settle(_key(record), AcknowledgeType.REJECT)
+        return False
 
     # -- settling ----------------------------------------------------------------------
 
@@ -256,9 +294,10 @@ class ShareSubscriber(Subscriber):
             self._settle(self._check_held(record), kind)
 
     def _settle(self, key: _Key, kind: AcknowledgeType) -> None:
-        """Acknowledge one held record (under the lock). The acknowledgements go to the
-        broker with the next poll (which asks for the next records in the same request),
-        with ``confirm()``, or on ``close()``."""
+        """Acknowledge one acquired record (under the lock), held by the application or
+        still queued; it is held no more. The acknowledgements go to the broker with the
+        next poll (which asks for the next records in the same request), with
+        ``confirm()``, or on ``close()``."""
         stream, partition, offset = key
         try:
             self._share.acknowledge_offset(stream, partition, offset, kind)
@@ -269,7 +308,7 @@ class ShareSubscriber(Subscriber):
                 f"expired: another member may have it): {exc}",
                 stream=stream,
             ) from exc
-        del self._held[key]
+        self._held.pop(key, None)
 
     def _commit_sync(self) -> None:
         try:
@@ -427,10 +466,8 @@ class ShareSubscriber(Subscriber):
             self._closed = True
             try:
                 for record in [*self._held.values(), *self._queue]:
-                    key = _key(record)
-                    self._held[key] = record
                     with contextlib.suppress(IllegalSubscriberStateError):  # its lock expired
-                        self._settle(key, AcknowledgeType.RELEASE)
+                        self._settle(_key(record), AcknowledgeType.RELEASE)
                 self._queue.clear()
             finally:
                 try:

@@ -1,19 +1,22 @@
 """``where`` filters over dead letters: one read-only SQL expression, run by the store's database.
 
-A filter is checked twice before anything is sent. First here, on its text: it must be one
-expression (no ``;``, no comment, no parenthesis closed that it did not open, no subquery,
-no statement keyword, no bound-parameter marker, only the functions of ``FUNCTIONS``). Then
-by the database itself, on a connection in its read-only mode (SQLite ``query_only``, a
-PostgreSQL read-only transaction and session, one statement per query: the dialect's
-``read_only``), as ``WITH dead_letters AS (<the rows, as bound values>) SELECT id FROM
-dead_letters WHERE (<filter>)``. The rows are bound values, not a table, so dead letters still
-only in Kafka are filtered exactly like archived ones, and the filter reads no table at all.
+A filter is run as ``WITH dead_letters AS (<the rows, as bound values>) SELECT id FROM
+dead_letters WHERE (<filter>)``: the rows are bound values, not a table, so dead letters still
+only in Kafka are filtered exactly like archived ones. Two things stand in its way:
+
+- here, a check of its text, as a first and friendly refusal: one expression (no ``;``, no
+  comment, no parenthesis closed that it did not open, no subquery, no statement keyword, no
+  bound-parameter marker, only the functions of ``FUNCTIONS``). It reads the text as one lexer
+  would; a database may read it otherwise, so it is not what keeps the filter in bounds.
+- the database itself, which does: a connection of its own in read-only mode (the dialect's
+  ``read_only``) and the dialect's ``filter_guard`` (``_letter_guard``), under which the filter
+  reads none of the database's tables, and stops after ``WHERE_TIMEOUT_MS``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,9 +24,10 @@ from sqlalchemy import exc
 from sqlalchemy.pool import NullPool
 
 from bolide.facade.errors import DeadLetterFilterError
-from bolide.stores.dialects import describe_error, dialect_of
+from bolide.stores._letter_guard import FilterGuard
+from bolide.stores.dialects import SqlDialect, describe_error, dialect_of
 
-__all__ = ["COLUMNS", "FUNCTIONS", "check_filter", "select_ids"]
+__all__ = ["COLUMNS", "FUNCTIONS", "WHERE_TIMEOUT_MS", "check_filter", "select_ids"]
 
 _TEXT, _INT, _BYTES = sa.Text(), sa.BigInteger(), sa.LargeBinary()
 
@@ -75,6 +79,8 @@ _STATEMENT = frozenset((
 ))
 # fmt: on
 _MAX_LENGTH = 4_000
+#: How long all the statements of one filtering may run, in milliseconds.
+WHERE_TIMEOUT_MS = 30_000
 #: Rows per statement: SQLite allows 500 SELECTs in one compound.
 _CHUNK = 200
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -198,58 +204,91 @@ def _cell(value: Any, type_: Any) -> Any:
 
 
 def _statement(expression: str, rows: Sequence[Mapping[str, Any]]) -> Any:
-    """``WITH dead_letters AS (rows) SELECT id FROM dead_letters WHERE (expression)``."""
+    """``WITH dead_letters AS (rows) SELECT id FROM dead_letters WHERE (expression)``.
+
+    The expression goes in as it is (``literal_column``): ``text()`` would take a ``:word``
+    inside one of its literals for a bound parameter.
+    """
     selects = [
         sa.select(*[_cell(row[name], type_).label(name) for name, type_, _ in COLUMNS])
         for row in rows
     ]
     body = selects[0] if len(selects) == 1 else sa.union_all(*selects)
     table = body.cte("dead_letters")
-    return sa.select(table.c.id).where(sa.text(f"({expression})"))
-
-
-def _matching(conn: sa.Connection, expression: str, rows: Sequence[Mapping[str, Any]]) -> set[str]:
-    return {str(i) for i in conn.execute(_statement(expression, rows)).scalars() if i is not None}
+    return sa.select(table.c.id).where(sa.literal_column(f"({expression})", sa.Boolean()))
 
 
 def _blank() -> dict[str, Any]:
     return dict.fromkeys(COLUMN_NAMES)
 
 
-def select_ids(url: sa.URL, expression: str, rows: Iterable[Mapping[str, Any]]) -> set[str]:
+def _batches(rows: Iterable[Mapping[str, Any]]) -> Iterator[Sequence[Mapping[str, Any]]]:
+    """A row of NULLs first (so a filter the database refuses is refused even with no rows),
+    then ``rows`` by ``_CHUNK``."""
+    yield [_blank()]
+    batch: list[Mapping[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == _CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def select_ids(
+    url: sa.URL,
+    expression: str,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    timeout_ms: int = WHERE_TIMEOUT_MS,
+) -> set[str]:
     """The ids of ``rows`` (dicts keyed by ``COLUMN_NAMES``) for which ``expression`` is true,
-    asked of the database at ``url`` on a connection of its own in read-only mode (closed
-    afterwards, never pooled). The expression is first run on one row of NULLs, so a filter
-    the database refuses is refused even when there are no rows.
+    asked of the database at ``url`` on a connection of its own (closed afterwards, never
+    pooled), read-only and guarded by the database (``_letter_guard``): the filter reads only
+    the rows' columns, and all of its statements together stop after ``timeout_ms``.
 
     Raises:
-        DeadLetterFilterError: The database refused the expression (or it tried a change).
+        DeadLetterFilterError: The database refused the expression, it tried a change, it
+            reached beyond the rows' columns, or it ran longer than ``timeout_ms``.
+        StoreError: On PostgreSQL, the connecting user cannot run a filter as
+            ``FILTER_ROLE`` (the message names the grant).
     """
     dialect = dialect_of(url)
+    guard = dialect.filter_guard(FUNCTIONS, timeout_ms)
     engine = sa.create_engine(url, poolclass=NullPool)
     chosen: set[str] = set()
     try:
         with engine.connect() as conn:
+            guard.prepare(conn)
             dialect.read_only(conn)
-            _matching(conn, expression, [_blank()])
-            batch: list[Mapping[str, Any]] = []
-            for row in rows:
-                batch.append(row)
-                if len(batch) == _CHUNK:
-                    chosen |= _matching(conn, expression, batch)
-                    batch = []
-            if batch:
-                chosen |= _matching(conn, expression, batch)
+            guard.enter(conn)
+            try:
+                for batch in _batches(rows):
+                    guard.before(conn, batch)
+                    found = conn.execute(_statement(expression, batch)).scalars()
+                    chosen |= {str(i) for i in found if i is not None}
+            finally:
+                guard.leave(conn)
     except exc.SQLAlchemyError as error:
-        detail = error.orig if isinstance(error, exc.DBAPIError) else error
-        if dialect.refused_change(detail):
-            raise DeadLetterFilterError("where tried to change data: a filter only reads") from None
-        if dialect.refused_several(detail):
-            raise DeadLetterFilterError("where must be one expression, not statements") from None
-        raise DeadLetterFilterError(
-            f"the database refused where {expression!r}: {describe_error(error)} (the columns: "
-            f"{', '.join(COLUMN_NAMES)})"
-        ) from None
+        raise _refused(error, dialect, guard, expression) from None
     finally:
         engine.dispose()
     return chosen
+
+
+def _refused(
+    error: exc.SQLAlchemyError, dialect: SqlDialect, guard: FilterGuard, expression: str
+) -> DeadLetterFilterError:
+    detail = error.orig if isinstance(error, exc.DBAPIError) else error
+    stopped = guard.refusal(detail)
+    if stopped is not None:
+        return stopped
+    if dialect.refused_change(detail):
+        return DeadLetterFilterError("where tried to change data: a filter only reads")
+    if dialect.refused_several(detail):
+        return DeadLetterFilterError("where must be one expression, not statements")
+    return DeadLetterFilterError(
+        f"the database refused where {expression!r}: {describe_error(error)} (the columns: "
+        f"{', '.join(COLUMN_NAMES)})"
+    )

@@ -8,6 +8,10 @@ the two transactions. The later replay looks for it in the target stream (a reco
 ``bolide.replayed.from`` is the dead letter's id, from the claim's time on) and records it
 without publishing when it is there; it publishes it again only when it is not there and the
 claim is older than ``claim_timeout_s`` (younger claims may belong to a replay still running).
+
+A row names its dead letter by place, topic id and timestamp (``_letter_books``): a dead letter
+of a topic deleted and created again is a new dead letter, replayed even where the previous
+incarnation's letter at the same place was.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import sqlalchemy as sa
@@ -30,6 +34,7 @@ from bolide.facade.kafka import offsets_for_time
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.stores._dead_letter_schema import REPLAYS
+from bolide.stores._letter_books import Entry, Letter, Replayed, covering
 from bolide.stores._letter_scan import kafka_bounds, read_kafka, reader
 from bolide.stores.store import SqlStore
 
@@ -43,20 +48,35 @@ BATCH = 500
 _CLOCK_SKEW_MS = 300_000
 _ACK_TIMEOUT_S = 60.0
 
-#: ``(partition, offset, target stream)``: one replay of one dead letter.
-Key = tuple[int, int, str]
+#: ``(topic id, partition, offset, target stream)``: one replay of one dead letter (its row).
+Key = tuple[str, int, int, str]
+#: ``(partition, offset, target stream)``: the replays of every letter that held a place.
+Target = tuple[int, int, str]
 
 
 @dataclass(frozen=True)
 class Job:
-    """A dead letter (a record of the dead-letter stream) and the stream to replay it to."""
+    """A dead letter (a record of the dead-letter stream) and the stream to replay it to.
+
+    Attributes:
+        letter: The dead letter.
+        target: The stream to publish it to.
+        which: Which letter it is at its place (``_letter_books``).
+        topic_id: The ``topic_id`` of its row: ``which``'s, or that of the row found for it.
+    """
 
     letter: Record
     target: str
+    which: Letter
+    topic_id: str
+
+    @property
+    def place(self) -> Target:
+        return (self.letter.partition or 0, self.letter.offset or 0, self.target)
 
     @property
     def key(self) -> Key:
-        return (self.letter.partition or 0, self.letter.offset or 0, self.target)
+        return (self.topic_id, *self.place)
 
     @property
     def id(self) -> str:
@@ -64,23 +84,30 @@ class Job:
 
 
 @dataclass(frozen=True)
-class _Claim:
+class _Claim(Entry):
     owner: str
-    claimed_ms: int
     done: bool
 
 
-def replay_targets(conn: Connection, stream: str) -> dict[tuple[int, int], list[str]]:
-    """The streams each dead letter of ``stream`` was replayed to (acknowledged replays)."""
+def replay_targets(conn: Connection, stream: str) -> dict[tuple[int, int], list[Replayed]]:
+    """The acknowledged replays of ``stream``'s dead letters, by place, oldest first."""
     r = REPLAYS.c
     query = (
-        sa.select(r.kafka_partition, r.kafka_offset, r.target_stream)
+        sa.select(
+            r.kafka_partition,
+            r.kafka_offset,
+            r.topic_id,
+            r.timestamp_ms,
+            r.claimed_ms,
+            r.target_stream,
+        )
         .where(r.stream == stream, r.target_offset.is_not(None))
         .order_by(r.replayed_ms, r.target_stream)
     )
-    found: dict[tuple[int, int], list[str]] = {}
-    for partition, offset, target in conn.execute(query):
-        found.setdefault((int(partition), int(offset)), []).append(str(target))
+    found: dict[tuple[int, int], list[Replayed]] = {}
+    for partition, offset, topic, stamp, at, target in conn.execute(query):
+        done = Replayed(str(topic), None if stamp is None else int(stamp), int(at), str(target))
+        found.setdefault((int(partition), int(offset)), []).append(done)
     return found
 
 
@@ -113,9 +140,17 @@ class Replay:
             PublishError: A record was not published: what was acknowledged is recorded,
                 the failed ones are claimed no more (the next replay tries them again).
         """
-        claims = self.store.guarded("replay state", self._claims, stream=self.stream)
-        fresh = [j for j in jobs if j.key not in claims]
-        doubtful = [j for j in jobs if j.key in claims and not claims[j.key].done]
+        rows = self.store.guarded("replay state", self._claims, stream=self.stream)
+        claims: dict[Key, _Claim] = {}
+        fresh: list[Job] = []
+        doubtful: list[Job] = []
+        for job in jobs:
+            claim = covering(rows.get(job.place, []), job.which)
+            if claim is None:
+                fresh.append(job)
+            elif not claim.done:  # in doubt: settled under its own row's key
+                doubtful.append(replace(job, topic_id=claim.topic_id))
+                claims[doubtful[-1].key] = claim
         log.info(
             "%s: %d dead letters chosen, %d new to their target, %d left in doubt by a replay",
             self.stream,
@@ -135,21 +170,31 @@ class Replay:
                 publisher.close()
         return published
 
-    def _claims(self) -> dict[Key, _Claim]:
+    def _claims(self) -> dict[Target, list[_Claim]]:
+        """Every replay row of the stream, by place and target."""
         r = REPLAYS.c
         query = sa.select(
             r.kafka_partition,
             r.kafka_offset,
             r.target_stream,
-            r.owner,
+            r.topic_id,
+            r.timestamp_ms,
             r.claimed_ms,
+            r.owner,
             r.target_offset,
         ).where(r.stream == self.stream)
+        found: dict[Target, list[_Claim]] = {}
         with self.store.engine.connect() as conn:
-            return {
-                (int(p), int(o), str(t)): _Claim(str(owner), int(at), done is not None)
-                for p, o, t, owner, at, done in conn.execute(query)
-            }
+            for p, o, t, topic, stamp, at, owner, done in conn.execute(query):
+                claim = _Claim(
+                    str(topic),
+                    None if stamp is None else int(stamp),
+                    int(at),
+                    str(owner),
+                    done is not None,
+                )
+                found.setdefault((int(p), int(o), str(t)), []).append(claim)
+        return found
 
     # -- claims in doubt --------------------------------------------------------------------
 
@@ -160,13 +205,13 @@ class Replay:
         targets = sorted({j.target for j in doubtful})
         for target in targets:
             jobs = [j for j in doubtful if j.target == target]
-            since = min(claims[j.key].claimed_ms for j in jobs) - _CLOCK_SKEW_MS
+            since = min(claims[j.key].written_ms for j in jobs) - _CLOCK_SKEW_MS
             found = self._published(target, {j.id for j in jobs}, since)
             self.store.guarded(
                 "replay record", partial(self._record_found, jobs, found), stream=self.stream
             )
             now = _now_ms()
-            young = [j for j in jobs if now - claims[j.key].claimed_ms < self.claim_timeout_ms]
+            young = [j for j in jobs if now - claims[j.key].written_ms < self.claim_timeout_ms]
             for job in jobs:
                 if job.id not in found and job not in young:
                     take = partial(self._take_over, job, claims[job.key])
@@ -281,22 +326,24 @@ class Replay:
         rows = [
             {
                 "stream": self.stream,
-                "kafka_partition": p,
-                "kafka_offset": o,
-                "target_stream": t,
+                "topic_id": j.topic_id,
+                "kafka_partition": j.place[0],
+                "kafka_offset": j.place[1],
+                "timestamp_ms": j.which.timestamp_ms,
+                "target_stream": j.target,
                 "owner": self.owner,
                 "claimed_ms": now,
             }
-            for p, o, t in (j.key for j in jobs)
+            for j in jobs
         ]
         r = REPLAYS.c
-        keys = [r.stream, r.kafka_partition, r.kafka_offset, r.target_stream]
+        keys = [r.stream, r.topic_id, r.kafka_partition, r.kafka_offset, r.target_stream]
         with self.store.engine.begin() as conn:
             conn.execute(self.store.sql_dialect.insert_ignoring(REPLAYS, keys), rows)
-            held = sa.select(r.kafka_partition, r.kafka_offset, r.target_stream).where(
+            held = sa.select(r.topic_id, r.kafka_partition, r.kafka_offset, r.target_stream).where(
                 r.stream == self.stream, r.owner == self.owner, r.target_offset.is_(None)
             )
-            return {(int(p), int(o), str(t)) for p, o, t in conn.execute(held)}
+            return {(str(i), int(p), int(o), str(t)) for i, p, o, t in conn.execute(held)}
 
     def _record(
         self, done: list[tuple[Job, int, int]], failed: list[tuple[Job, BaseException]]
@@ -314,9 +361,10 @@ class Replay:
 
     def _where(self, job: Job) -> Iterable[sa.ColumnElement[bool]]:
         r = REPLAYS.c
-        partition, offset, target = job.key
+        topic, partition, offset, target = job.key
         return (
             r.stream == self.stream,
+            r.topic_id == topic,
             r.kafka_partition == partition,
             r.kafka_offset == offset,
             r.target_stream == target,

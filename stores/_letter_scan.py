@@ -6,6 +6,11 @@ to the end measured when the read began (``log_starts``, ``log_ends``: emulated 
 Tansu's stale watermarks included), fetching a skipped offset again as subscribers do
 (``FetchGaps``) and stopping at end-of-partition, so a transaction marker at the end cannot
 hold it up.
+
+A topic deleted and created again starts its offsets over, so a read also names the topic's
+incarnation (``topic_id``: its Kafka topic id), and counts an archived row as the Kafka record
+at its place only when the two are the same record (same timestamp): the archive keys rows by
+place alone and may still hold a row of the topic's previous incarnation there.
 """
 
 from __future__ import annotations
@@ -15,20 +20,33 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
 from bolide.facade.kafka import admin_client, log_ends, log_starts, partition_count, probe_consumer
 from bolide.facade.record import Record, record_from_message
+from bolide.stores._letter_books import Letter
 from bolide.stores._schema import RECORDS
 from bolide.stores.store import SqlStore
 
-__all__ = ["StreamRead", "kafka_bounds", "read_kafka", "read_stream", "reader"]
+__all__ = [
+    "StreamRead",
+    "archived_stamps",
+    "kafka_bounds",
+    "read_kafka",
+    "read_one",
+    "read_stream",
+    "reader",
+    "topic_id",
+]
 
 _PAGE = 1_000
 _READ_TIMEOUT_S = 30.0
+_ADMIN_TIMEOUT_S = 30.0
+#: What a broker that keeps no topic ids reports: the all-zero UUID, base64.
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 @dataclass
@@ -41,12 +59,20 @@ class StreamRead:
         bounds: Per Kafka partition, ``(log start, end)`` as the read measured them; empty
             when the topic does not exist (the archive alone was read).
         in_kafka: Per Kafka partition, the offsets read from Kafka.
+        topic_id: The topic's id while it was read (``None``: no topic, or a broker that
+            reports no topic ids).
     """
 
     records: list[Record] = field(default_factory=list)
     archived: set[tuple[int, int]] = field(default_factory=set)
     bounds: dict[int, tuple[int, int]] = field(default_factory=dict)
     in_kafka: dict[int, list[int]] = field(default_factory=dict)
+    topic_id: str | None = None
+
+    def from_kafka(self, record: Record) -> bool:
+        """``record`` was read from Kafka (else from the archive alone)."""
+        start, end = self.bounds.get(record.partition or 0, (0, 0))
+        return start <= (record.offset or 0) < end
 
 
 def reader(cluster: Cluster) -> Consumer:
@@ -77,14 +103,39 @@ def kafka_bounds(cluster: Cluster, consumer: Consumer, topic: str) -> dict[int, 
     return {p: (starts[p], max(starts[p], ends[p])) for p in parts}
 
 
+def topic_id(cluster: Cluster, topic: str) -> str | None:
+    """The Kafka topic id of ``topic`` (``describe_topics``); ``None`` when the topic does not
+    exist or the broker reports no ids.
+
+    Raises:
+        BrokerError: The cluster did not answer.
+    """
+    admin = admin_client(cluster)  # kept while the answer is awaited: it owns the request
+    future = admin.describe_topics(TopicCollection([topic]))[topic]
+    try:
+        described = future.result(timeout=_ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise BrokerError(
+            f"cannot describe {topic!r} at {cluster.bootstrap_servers}: {error.str()}",
+            stream=topic,
+            retriable=error.retriable(),
+        ) from None
+    found = None if described.topic_id is None else str(described.topic_id)
+    return None if found in (None, _NO_TOPIC_ID) else found
+
+
 def read_stream(cluster: Cluster, store: SqlStore, stream: str) -> StreamRead:
     """Every record of ``stream``: archived ones below Kafka's log start, Kafka's from there.
 
     Raises:
-        BrokerError: Kafka did not deliver what it holds in time.
+        BrokerError: Kafka did not deliver what it holds in time, or the topic was deleted
+            and created again while it was read (read again).
         StoreError: The database failed.
     """
-    found = StreamRead()
+    found = StreamRead(topic_id=topic_id(cluster, stream))
     consumer = reader(cluster)
     try:
         found.bounds = kafka_bounds(cluster, consumer, stream)
@@ -96,14 +147,50 @@ def read_stream(cluster: Cluster, store: SqlStore, stream: str) -> StreamRead:
             if start is None or end is None or start >= end:
                 continue
             offsets = found.in_kafka.setdefault(partition, [])
+            held = archived_stamps(store, stream, partition, start, end)
             for record in read_kafka(consumer, cluster, stream, partition, start, end):
                 found.records.append(record)
                 offsets.append(record.offset or 0)
-            held = archived_offsets(store, stream, partition, start, end)
-            found.archived.update((partition, o) for o in held)
+                if _same(held, record):
+                    found.archived.add((partition, record.offset or 0))
     finally:
         consumer.close()
+    if found.bounds and topic_id(cluster, stream) != found.topic_id:
+        raise BrokerError(
+            f"{stream!r} was deleted and created again while being read; read again",
+            stream=stream,
+            retriable=True,
+        )
     return found
+
+
+def read_one(
+    cluster: Cluster, store: SqlStore, stream: str, partition: int, offset: int
+) -> tuple[Record, Letter, bool] | None:
+    """The record at one place through the splice (Kafka, else the archive), which letter it
+    is, and whether the archive holds that very record; ``None`` when neither holds it."""
+    topic = topic_id(cluster, stream)
+    archived = store.load(stream, partition, offset)
+    consumer = reader(cluster)
+    try:
+        start, end = kafka_bounds(cluster, consumer, stream).get(partition, (0, 0))
+        if start <= offset < end:
+            for record in read_kafka(consumer, cluster, stream, partition, offset, end):
+                if record.offset != offset:
+                    return None
+                same = archived is not None and archived.timestamp_ms == record.timestamp_ms
+                return record, Letter(topic, record.timestamp_ms), same
+            return None
+    finally:
+        consumer.close()
+    return None if archived is None else (archived, Letter(None, archived.timestamp_ms), True)
+
+
+def _same(held: dict[int, int | None], record: Record) -> bool:
+    """The archive's row at ``record``'s offset is that record (not one of the topic's
+    previous incarnation at the same place)."""
+    offset = record.offset or 0
+    return offset in held and held[offset] == record.timestamp_ms
 
 
 def _archived(store: SqlStore, stream: str, partition: int, stop: int | None) -> Iterator[Record]:
@@ -120,19 +207,22 @@ def _archived(store: SqlStore, stream: str, partition: int, stop: int | None) ->
         first = (page[-1].offset or 0) + 1
 
 
-def archived_offsets(store: SqlStore, stream: str, partition: int, lo: int, hi: int) -> set[int]:
-    """The offsets in ``[lo, hi)`` of ``partition`` that the archive holds."""
+def archived_stamps(
+    store: SqlStore, stream: str, partition: int, lo: int, hi: int
+) -> dict[int, int | None]:
+    """The offsets in ``[lo, hi)`` of ``partition`` that the archive holds, with the timestamp
+    of the row at each."""
     r = RECORDS.c
-    query = sa.select(r.kafka_offset).where(
+    query = sa.select(r.kafka_offset, r.timestamp_ms).where(
         r.stream == stream,
         r.kafka_partition == partition,
         r.kafka_offset >= lo,
         r.kafka_offset < hi,
     )
 
-    def fetch() -> set[int]:
+    def fetch() -> dict[int, int | None]:
         with store.engine.connect() as conn:
-            return {int(o) for o in conn.execute(query).scalars()}
+            return {int(o): None if t is None else int(t) for o, t in conn.execute(query)}
 
     return store.guarded("archived offsets", fetch, stream=stream, partition=partition)
 

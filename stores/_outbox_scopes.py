@@ -6,7 +6,8 @@ locked while it publishes: one transaction from the claim to the mark, ended by 
 surely as by a commit, while other relays take other rows and the application inserts freely.
 SQLite has no row locks, and an open write transaction would stop the application's writes
 for as long as Kafka takes: each step is its own short transaction, and one relay at a time
-holds the database (a lock on a file beside it, dropped by the kernel when the process dies).
+holds the database (a lock on a file beside it, named for the database file's inode, dropped
+by the kernel when the process dies).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from types import TracebackType
 from typing import IO, Protocol, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
+
+from bolide.facade.errors import StoreError
 
 __all__ = ["EachStep", "FileGuard", "NoGuard", "OneTransaction", "RelayGuard", "RelayScope"]
 
@@ -121,21 +124,43 @@ class NoGuard:
 
 
 class FileGuard:
-    """An exclusive lock on ``<database>-outbox-relay.lock`` (``flock``: the kernel drops it
-    with the process that held it)."""
+    """An exclusive lock on ``bolide-outbox-relay-<inode>.lock`` beside the database file
+    (``flock``: the kernel drops it with the process that held it).
+
+    The lock goes by the file, not by the path a relay was given: beside the file that
+    symbolic links lead to, and named for its inode, so a relay reaching the database through
+    a symbolic link, or a hard link in the same directory, meets the same lock. The directory
+    already names the file system, so the inode alone names the file (and stays the same seen
+    from every machine mounting a network file system, where the device number does not).
+    """
 
     def __init__(self, database: str) -> None:
-        self.path = f"{os.path.abspath(database)}-outbox-relay.lock"
+        self.database = database
+        self.path: str | None = None  # set by acquire()
         self._file: IO[bytes] | None = None
 
+    def lock_path(self) -> str:
+        """The lock file of the database file as it is now.
+
+        Raises:
+            StoreError: There is no database file.
+        """
+        real = os.path.realpath(self.database)
+        try:
+            inode = os.stat(real).st_ino
+        except OSError as exc:
+            raise StoreError(f"no database file at {self.database}: {exc.strerror}") from exc
+        return os.path.join(os.path.dirname(real), f"bolide-outbox-relay-{inode}.lock")
+
     def acquire(self) -> bool:
-        handle = open(self.path, "ab")  # noqa: SIM115 - held until release()
+        path = self.lock_path()
+        handle = open(path, "ab")  # noqa: SIM115 - held until release()
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
             return False
-        self._file = handle
+        self._file, self.path = handle, path
         return True
 
     def release(self) -> None:

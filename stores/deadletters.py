@@ -5,7 +5,9 @@ every part of bolide adds when it gives a record up (``bolide.facade.deadletter`
 ``bolide.reason``, ``bolide.reason.detail``, ``bolide.source``). ``DeadLetters`` reads such a
 stream through the splice (the history store below Kafka's log start, Kafka from there), so it
 sees archived dead letters and those still only in Kafka alike, with no archiver run first.
-Replays and purges are kept in the store (revision ``0008``). docs/dead-letters.md has the
+Replays and purges are kept in the store (revisions ``0008``, ``0009``), each naming its dead
+letter by place, topic id and timestamp, so that a topic deleted and created again is never
+taken for the one they were written about (``_letter_books``). docs/dead-letters.md has the
 whole story.
 """
 
@@ -28,10 +30,11 @@ from bolide.facade.deadletter import (
 )
 from bolide.facade.errors import DeadLetterNotFoundError, DeadLetterSourceError
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._letter_filter import check_filter, select_ids
+from bolide.stores._letter_books import Books, Letter
+from bolide.stores._letter_filter import WHERE_TIMEOUT_MS, check_filter, select_ids
 from bolide.stores._letter_purge import mark_and_delete, purged, trim_kafka
 from bolide.stores._letter_replay import Job, Replay, replay_targets
-from bolide.stores._letter_scan import StreamRead, kafka_bounds, read_kafka, read_stream, reader
+from bolide.stores._letter_scan import StreamRead, read_one, read_stream
 from bolide.stores.store import SqlStore
 
 __all__ = ["DeadLetter", "DeadLetters"]
@@ -55,6 +58,9 @@ class DeadLetter:
         headers: Every header, the dead-letter ones included, in order.
         archived: The history store holds it (else only Kafka does).
         replayed_to: The streams a replay has published it to.
+        topic_id: The dead-letter topic's Kafka topic id when it was read from Kafka
+            (``None``: read from the archive alone, or the broker reports no topic ids). A
+            topic deleted and created again gets a new id.
     """
 
     stream: str
@@ -66,6 +72,7 @@ class DeadLetter:
     headers: tuple[tuple[str, bytes], ...]
     archived: bool = False
     replayed_to: tuple[str, ...] = ()
+    topic_id: str | None = None
 
     @property
     def id(self) -> str:
@@ -170,20 +177,32 @@ class DeadLetters:
 
     Args:
         store: The history store: it may hold archived dead letters, and it keeps the replays
-            and purges (schema revision ``0008`` or newer: ``bolide db upgrade``).
+            and purges (schema revision ``0009`` or newer: ``bolide db upgrade``).
         cluster: Where the dead-letter streams, and the streams replays publish to, live.
+        where_timeout_ms: How long a ``where`` filter may run, in milliseconds, all its
+            statements together; one that runs longer raises ``DeadLetterFilterError`` and
+            nothing is replayed or purged.
 
     Every call reads the dead-letter stream whole (archive and Kafka), so its cost grows with
     the stream; dead-letter streams are meant to stay small.
     """
 
-    def __init__(self, store: SqlStore, cluster: Cluster) -> None:
+    def __init__(
+        self, store: SqlStore, cluster: Cluster, *, where_timeout_ms: int = WHERE_TIMEOUT_MS
+    ) -> None:
         if not isinstance(store, SqlStore):
             raise TypeError(f"store must be a SqlStore, not {type(store).__name__}")
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a Cluster, not {type(cluster).__name__}")
+        if isinstance(where_timeout_ms, bool) or not isinstance(where_timeout_ms, int):
+            raise TypeError(
+                f"where_timeout_ms must be an int, not {type(where_timeout_ms).__name__}"
+            )
+        if where_timeout_ms <= 0:
+            raise ValueError(f"where_timeout_ms must be positive, not {where_timeout_ms}")
         self.store = store
         self.cluster = cluster
+        self.where_timeout_ms = where_timeout_ms
 
     def __repr__(self) -> str:
         return f"DeadLetters({self.store!r}, {self.cluster!r})"
@@ -224,9 +243,9 @@ class DeadLetters:
         if where is None or not TOPIC_NAME.match(where[0]):
             raise ValueError(f"id {id!r} is not <stream>/<partition>/<offset>")
         stream, partition, offset = where
-        marks, targets = self._books(stream)
-        record = None if (partition, offset) in marks else self._one(stream, partition, offset)
-        if record is None:
+        books = self._books(stream)
+        found = read_one(self.cluster, self.store, stream, partition, offset)
+        if found is None or books.purged((partition, offset), found[1]):
             raise DeadLetterNotFoundError(
                 f"no dead letter {id}: neither Kafka nor {self.store.url} holds it, or it "
                 "was purged",
@@ -234,38 +253,25 @@ class DeadLetters:
                 partition=partition,
                 offset=offset,
             )
-        archived = self.store.load(stream, partition, offset) is not None
-        return _letter(record, archived, targets.get((partition, offset), []))
+        record, which, archived = found
+        targets = books.replayed_to((partition, offset), which)
+        return _letter(record, archived, targets, which.topic_id)
 
-    def _one(self, stream: str, partition: int, offset: int) -> Record | None:
-        consumer = reader(self.cluster)
-        try:
-            start, end = kafka_bounds(self.cluster, consumer, stream).get(partition, (0, 0))
-            if start <= offset < end:
-                for record in read_kafka(consumer, self.cluster, stream, partition, offset, end):
-                    return record if record.offset == offset else None
-                return None
-        finally:
-            consumer.close()
-        return self.store.load(stream, partition, offset)
-
-    def _books(
-        self, stream: str
-    ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], builtins.list[str]]]:
-        """The purged dead letters of ``stream``, and where each was replayed to."""
+    def _books(self, stream: str) -> Books:
+        """The purge marks and acknowledged replays of ``stream``."""
         self.store.check_schema_once()
 
-        def fetch() -> tuple[set[tuple[int, int]], dict[tuple[int, int], builtins.list[str]]]:
+        def fetch() -> Books:
             with self.store.engine.connect() as conn:
-                return purged(conn, stream), replay_targets(conn, stream)
+                return Books(purged(conn, stream), replay_targets(conn, stream))
 
         return self.store.guarded("dead-letter books", fetch, stream=stream)
 
     def _letters(self, stream: str) -> tuple[builtins.list[DeadLetter], StreamRead]:
         self.store.check_schema_once()
         read = read_stream(self.cluster, self.store, stream)
-        marks, targets = self._books(stream)
-        if not read.bounds and not read.records and not marks:
+        books = self._books(stream)
+        if not read.bounds and not read.records and not books.marks:
             raise DeadLetterNotFoundError(
                 f"no dead-letter stream {stream!r}: neither {self.cluster.bootstrap_servers} "
                 f"nor {self.store.url} holds it",
@@ -274,8 +280,11 @@ class DeadLetters:
         letters = []
         for record in read.records:
             place = (record.partition or 0, record.offset or 0)
-            if place not in marks:
-                letters.append(_letter(record, place in read.archived, targets.get(place, [])))
+            topic = read.topic_id if read.from_kafka(record) else None
+            which = Letter(topic, record.timestamp_ms)
+            if not books.purged(place, which):
+                targets = books.replayed_to(place, which)
+                letters.append(_letter(record, place in read.archived, targets, topic))
         return letters, read
 
     def _where(
@@ -283,7 +292,8 @@ class DeadLetters:
     ) -> builtins.list[DeadLetter]:
         if where is None:
             return letters
-        chosen = select_ids(self.store.engine.url, where, (d.columns() for d in letters))
+        rows = (d.columns() for d in letters)
+        chosen = select_ids(self.store.engine.url, where, rows, timeout_ms=self.where_timeout_ms)
         return [d for d in letters if d.id in chosen]
 
     # -- replay -------------------------------------------------------------------------------
@@ -309,7 +319,8 @@ class DeadLetters:
             to: The stream to publish to; ``None``: each dead letter's ``bolide.source`` stream.
             where: An SQL expression over the dead letters' columns (``COLUMNS`` in
                 ``bolide.stores._letter_filter``, listed in docs/dead-letters.md), e.g.
-                ``"reason = 'failed' AND source_offset >= 100"``; checked and run read-only.
+                ``"reason = 'failed' AND source_offset >= 100"``; checked, then run read-only by
+                the database, which keeps it to those columns and to ``where_timeout_ms``.
             claim_timeout_s: A claim another replay left unfinished is taken over only when
                 older than this and its record is not in the target.
             progress: ``fn(done, total)`` after each batch.
@@ -318,7 +329,10 @@ class DeadLetters:
             How many records this call published.
 
         Raises:
-            DeadLetterFilterError: ``where`` is not one read-only expression (nothing sent).
+            DeadLetterFilterError: ``where`` is not one read-only expression over the dead
+                letters' columns, or ran longer than ``where_timeout_ms`` (nothing sent).
+            StoreError: On PostgreSQL, the store's user cannot run a filter as the role
+                ``bolide_filter`` (the message names the grant).
             DeadLetterSourceError: A chosen dead letter has no ``bolide.source`` and ``to``
                 is ``None`` (nothing sent).
             DeadLetterNotFoundError: No such dead-letter stream.
@@ -366,12 +380,14 @@ class DeadLetters:
         expression = None if where is None else check_filter(where)
         letters, read = self._letters(stream)
         chosen = self._where(wanted.apply(letters), expression)
-        mark_and_delete(self.store, stream, [(d.partition, d.offset) for d in chosen])
+        mark_and_delete(self.store, stream, [(d.partition, d.offset, _which(d)) for d in chosen])
         trim_kafka(self.store, self.cluster, stream, read)
         return len(chosen)
 
 
-def _letter(record: Record, archived: bool, targets: builtins.list[str]) -> DeadLetter:
+def _letter(
+    record: Record, archived: bool, targets: builtins.list[str], topic: str | None
+) -> DeadLetter:
     return DeadLetter(
         stream=str(record.stream),
         partition=record.partition or 0,
@@ -382,7 +398,13 @@ def _letter(record: Record, archived: bool, targets: builtins.list[str]) -> Dead
         headers=tuple(record.headers),
         archived=archived,
         replayed_to=tuple(targets),
+        topic_id=topic,
     )
+
+
+def _which(letter: DeadLetter) -> Letter:
+    """Which letter ``letter`` is at its place, for the replay and purge books."""
+    return Letter(letter.topic_id, letter.timestamp_ms)
 
 
 def _jobs(stream: str, chosen: builtins.list[DeadLetter], target: str | None) -> builtins.list[Job]:
@@ -391,10 +413,12 @@ def _jobs(stream: str, chosen: builtins.list[DeadLetter], target: str | None) ->
     jobs, orphans = [], []
     for letter in chosen:
         position = letter.source_position
-        if target is not None:
-            jobs.append(Job(letter.record(), target))
-        elif position is not None:
-            jobs.append(Job(letter.record(), position[0]))
+        to = target
+        if to is None and position is not None:
+            to = position[0]
+        if to is not None:
+            which = _which(letter)
+            jobs.append(Job(letter.record(), to, which, which.stored_topic))
         else:
             orphans.append(letter.id)
     if orphans:

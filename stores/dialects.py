@@ -22,6 +22,7 @@ from sqlalchemy.pool import StaticPool
 from bolide.facade.errors import StoreError
 from bolide.stores import _inserts
 from bolide.stores._inserts import HeaderRow, RecordRow
+from bolide.stores._letter_guard import FilterGuard, PostgreSQLGuard, SQLiteGuard
 from bolide.stores._outbox_marks import Sent, mark_each, mark_unnest
 from bolide.stores._outbox_scopes import (
     EachStep,
@@ -109,6 +110,12 @@ class SqlDialect:
     def read_only(self, conn: Connection) -> None:
         """Make ``conn`` refuse every change, whatever the statement does to its transaction,
         and refuse a query of several statements."""
+        raise NotImplementedError
+
+    def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
+        """What this database enforces on a dead-letter filter (``_letter_guard``): it reads
+        only the dead letters' columns, calls only ``functions``, and stops after
+        ``timeout_ms``."""
         raise NotImplementedError
 
     def refused_change(self, error: object) -> bool:
@@ -215,6 +222,9 @@ class SQLite(SqlDialect):
         # sqlite3 runs one statement per execute; query_only refuses every change.
         conn.exec_driver_sql("PRAGMA query_only = ON")
 
+    def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
+        return SQLiteGuard(functions, timeout_ms)
+
     def refused_change(self, error: object) -> bool:
         code = getattr(error, "sqlite_errorcode", None)
         return isinstance(code, int) and code & 0xFF == 8  # SQLITE_READONLY
@@ -284,6 +294,9 @@ class PostgreSQL(SqlDialect):
         conn.exec_driver_sql("SET SESSION default_transaction_read_only = on")
         # The server refuses "...; COMMIT; ..." as several statements.
         self.one_statement(conn)
+
+    def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
+        return PostgreSQLGuard(functions, timeout_ms)
 
     def one_statement(self, conn: Connection) -> None:
         # Every query prepared: a prepared statement holds one command.

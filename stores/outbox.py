@@ -152,7 +152,8 @@ class Outbox:
 
         Raises:
             PublishError: A stream with pending rows does not exist.
-            StoreError: The database failed, or (SQLite) another relay runs on it.
+            StoreError: The database failed, or (SQLite) another relay runs on the same
+                file, whatever path it was given.
         """
         return OutboxRelay(self.store, cluster, config)
 

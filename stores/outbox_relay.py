@@ -155,7 +155,7 @@ class OutboxRelay:
         PublishError: A stream with pending rows does not exist (``retriable`` false), or a
             transactional publisher could not start.
         StoreError: The database failed, its schema is behind, or (SQLite) another relay runs
-            on it.
+            on the same file, whatever path it was given (docs/outbox.md).
     """
 
     def __init__(
@@ -172,6 +172,7 @@ class OutboxRelay:
         self._error: BaseException | None = None
         self._started = time.monotonic()
         self.stats = RelayStats()
+        store.check_schema()  # first: a database never upgraded (or no file) is told so
         self._guard = store.sql_dialect.relay_guard(store.engine.url)
         if not self._guard.acquire():
             raise StoreError(
@@ -187,9 +188,8 @@ class OutboxRelay:
         self._thread.start()
 
     def _begin(self) -> AtLeastOnce | ExactlyOnce:
-        """Check the schema and the streams, build the rounds, recover (transactional)."""
+        """Check the streams, build the rounds, recover (transactional)."""
         store, config = self.store, self.config
-        store.check_schema()
         tid = config.transactional_id
         publishers = Publishers(self.cluster, config.producer_config, tid)
         rounds: AtLeastOnce | ExactlyOnce | None = None

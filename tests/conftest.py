@@ -163,6 +163,19 @@ def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: fl
         time.sleep(interval_s)
 
 
+def ack_polled(sub: Any, got: list[Any], error: type[Exception]) -> Exception | None:
+    """One poll of a share subscriber, each record kept in ``got`` and acked; the ``error``
+    the poll raised instead, if it did."""
+    try:
+        batch = sub.poll(100)
+    except error as exc:
+        return exc
+    for record in batch:
+        got.append(record)
+        sub.ack(record)
+    return None
+
+
 @pytest.fixture(scope="session")
 def aio_loop() -> Iterator[LoopThread]:
     """One event loop in a background thread for every asyncio client of the session."""

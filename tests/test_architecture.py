@@ -1,5 +1,5 @@
-"""The shape docs/architecture.md promises, checked on the source: no module over 500 lines, no
-function over 60, and no object's underscore members used from outside the module that
+"""The shape docs/architecture.md promises, checked on the source: no function over 60 lines
+(modules are cut where concepts part, not at a line count), and no object's underscore members used from outside the module that
 defines them (the seams are protocols and public methods)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("facade", "stores", "spark", "migrations")
-MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 #: Underscore names that are other libraries' public API: confluent-kafka's error codes
 #: (``KafkaError._PARTITION_EOF``), SQLAlchemy's ``Row._mapping``, namedtuple's methods.
@@ -30,9 +29,8 @@ def test_the_packages_hold_sources() -> None:
 
 
 @pytest.mark.parametrize("path", list(sources()), ids=lambda p: str(p.relative_to(ROOT)))
-def test_module_and_function_sizes(path: Path) -> None:
+def test_function_sizes(path: Path) -> None:
     text = path.read_text()
-    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path.name}: split the module"
     long = [
         f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
         for node in ast.walk(ast.parse(text))

@@ -3,11 +3,12 @@
 Several parts of a subscriber stop Kafka fetching a partition for a while, each for its own
 reason: the history splice (records below Kafka's log start are read from the store first), a
 durable client's replay (live records held back until the replay ends), a parallel receiver's
-throttle (enough in flight), the application (``Subscriber.pause``) and the shared fetch
-(the partition is read from the process's shared ring, not by this consumer). A partition is paused
-while any reason holds it and resumed when the last one lets go, so no part resumes what
-another paused. Kafka forgets the pause of a partition it moves: so do ``drop`` and a new
-assignment (``reapply`` pauses again what is still held).
+throttle (enough in flight) and its retry tiers (enough records parked), the application
+(``Subscriber.pause``) and the shared fetch (the partition is read from the process's shared
+ring, not by this consumer). A partition is paused while any reason holds it and resumed
+when the last one lets go, so no part resumes what another paused. Kafka forgets the pause
+of a partition it moves: so do ``drop`` and a new assignment (``reapply`` pauses again what
+is still held).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 __all__ = ["Holds", "Why"]
 
-#: Why a partition is held: the history splice, a durable replay, a receiver's throttle, the
-#: application, the shared fetch.
-Why: TypeAlias = Literal["history", "replay", "throttle", "user", "shared"]
-_REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "user", "shared")
+#: Why a partition is held: the history splice, a durable replay, a receiver's throttle, its
+#: retry tiers' parked records, the application, the shared fetch.
+Why: TypeAlias = Literal["history", "replay", "throttle", "parked", "user", "shared"]
+_REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "parked", "user", "shared")
 
 
 class Holds:

@@ -325,7 +325,7 @@ class Fetcher:
 
     def _join(self) -> RingReader:
         """Join the subscribers of the stream that may share a fetch."""
-        self._ring = reader(self._cluster, self._config, self._consumer, self._positions)
+        self._ring = reader(self._cluster, self._config, self._positions)
         self._ringed = self._ring.ringed
         return self._ring
 

@@ -219,6 +219,16 @@ class ReceiverSeat:
         with self._lock:
             self._holds.release(self._holds.holding("throttle"), "throttle")
 
+    def hold_parked(self, partitions: AbstractSet[int]) -> None:
+        """Hold held ``partitions`` for the retry tiers' parked records."""
+        with self._lock:
+            self._holds.hold(partitions & self._assigned, "parked")
+
+    def release_parked(self, partitions: AbstractSet[int]) -> None:
+        """Let go of the retry tiers' holds on ``partitions``."""
+        with self._lock:
+            self._holds.release(partitions, "parked")
+
     def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
         """A parallel receiver starts: it hears revokes, bounds confirms, and a durable
         client's polls stop committing what they delivered (not done yet)."""

@@ -201,6 +201,17 @@ class Positions:
             self.history.close(p)
         self.assign(positions)
 
+    def restart(self, partitions: Iterable[int]) -> None:
+        """Kafka fetches ``partitions`` on from the next offset expected of it, after another
+        source delivered them (the shared fetch's ring): the delivery position, or where Kafka
+        takes over from the history spliced (read or queued). A paused partition stays paused
+        and fetches from there once resumed (Kafka's own resume position is where this
+        consumer last delivered, not where the subscriber stands)."""
+        expected = self.gaps.expected
+        for p in partitions:
+            offset = expected.get(p, self.next[p])
+            self._consumer.seek(TopicPartition(self.topic, p, offset))
+
     def rewind(self, partition: int, offset: int) -> None:
         """Read a held partition again from ``offset``, the lease kept (Kafka's ``seek``)."""
         self.next[partition] = offset

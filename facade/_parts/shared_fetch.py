@@ -314,9 +314,7 @@ class _Share:
                 feed.stop(wait)
 
 
-def reader(
-    cluster: Cluster, config: SubscriberConfig, consumer: Consumer, positions: Positions
-) -> RingReader:
+def reader(cluster: Cluster, config: SubscriberConfig, positions: Positions) -> RingReader:
     """A subscriber of ``config`` (ungrouped, plain) joins its stream's share."""
     settings = tuple(sorted((k, repr(v)) for k, v in config.consumer_config.items()))
     key = (cluster, config.single.name, config.isolation, config.shared_fetch_bytes, settings)
@@ -325,7 +323,7 @@ def reader(
         if share is None:
             share = _shares[key] = _Share(key, cluster, config)
         share.readers += 1
-    return RingReader(share, consumer, positions)
+    return RingReader(share, positions)
 
 
 def active() -> dict[str, int]:
@@ -350,7 +348,6 @@ class RingReader:
 
     __slots__ = (
         "__weakref__",
-        "_consumer",
         "_feed",
         "_left",
         "_positions",
@@ -359,12 +356,11 @@ class RingReader:
         "ringed",
     )
 
-    def __init__(self, share: _Share, consumer: Consumer, positions: Positions) -> None:
+    def __init__(self, share: _Share, positions: Positions) -> None:
         self._share = share
         self._feed: SharedFetch | None = None  # the fetch of the last take
         # Leaves once: on close, or when a subscriber never closed is collected.
         self._left = weakref.finalize(self, share.leave, id(self), False)
-        self._consumer = consumer
         self._positions = positions
         self._turn = 0  # the partition read first rotates: none waits behind the others
         self.ringed: set[int] = set()  # never replaced: a hot loop may hold it
@@ -439,9 +435,13 @@ class RingReader:
             self._share.leave(id(self), True)
 
     def _leave(self, partitions: list[int]) -> None:
-        """Hand ``partitions`` back to the own consumer, from their delivery positions."""
+        """Hand ``partitions`` back to the own consumer, from where the subscriber stands.
+
+        Every one is positioned, also one another reason still holds (the application's
+        ``pause``): the own consumer stands where it was when the partition went to the ring,
+        and a later ``resume`` would fetch on from there, delivering again what the ring
+        delivered.
+        """
         self.ringed.difference_update(partitions)
-        positions = self._positions
-        for p in positions.holds.release(partitions, "shared"):
-            # Paused since it went to the ring: fetch on from where delivery stands.
-            self._consumer.seek(TopicPartition(positions.topic, p, positions.next[p]))
+        self._positions.holds.release(partitions, "shared")
+        self._positions.restart(partitions)

@@ -9,6 +9,13 @@ stream (so its tier offset is known and can be confirmed) and, if it failed befo
 delay has passed since that copy was written. Tier offsets are confirmed per tier partition
 up to the first unfinished one (``Track.safe``), so a restart reads every parked record again
 and rebuilds the same lanes.
+
+A key stays parked after its last record in the tiers finished, until the group has confirmed
+that record's copy: a restart before that calls it again, so every later record of the key
+must come again after it, and only a copy behind it in a tier does (a record handled straight
+from the source, its source offset confirmed, would not). For the same reason a finished copy
+counts as done for its tier's confirm only once the key's earlier finished copies are
+confirmed, or lie below it in the same tier partition.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import Counter
 from collections.abc import Hashable
 
 from bolide.facade._parts.lanes import Track
@@ -38,6 +46,7 @@ class Entry:
         "origin",
         "partition",
         "record",
+        "settled",
         "tier",
         "where",
         "written",
@@ -57,16 +66,18 @@ class Entry:
         self.dropped = False  # its partition was revoked: results are ignored
         self.written = False  # its copy is in its tier (acknowledged)
         self.moving: int | None = None  # the tier its copy is being written to
+        self.settled = False  # finished, and its copy counted done for the tier's confirm
 
     def __lt__(self, other: Entry) -> bool:
         return self.origin < other.origin
 
 
 class _Lane:
-    __slots__ = ("entries", "running")
+    __slots__ = ("entries", "pending", "running")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []  # sorted by origin
+        self.pending: list[Entry] = []  # finished, their copies not confirmed yet, in order
         self.running = False
 
 
@@ -83,6 +94,9 @@ class Shelf:
         self._ticket = itertools.count()
         self._loading: set[int] = set()  # source partitions whose tiers are still being read
         self._owned: set[int] = set()  # source partitions held (from ``hold`` to ``drop``)
+        self._confirmed: dict[tuple[int, int], int] = {}  # (tier, partition): offset confirmed
+        self._pending: set[tuple[int, Hashable]] = set()  # lanes with a ``pending`` entry
+        self._parked: Counter[int] = Counter()  # records on the shelf per source partition
 
     # -- records coming from the source stream ---------------------------------------------
 
@@ -98,13 +112,20 @@ class Shelf:
             if entry is not None:
                 return entry
             held = self._lanes.get((partition, lane))
-            if partition not in self._owned or held is None or not held.entries:
+            if partition not in self._owned or held is None:
                 return None
-            head = held.entries[0]
-            entry = Entry(record, partition, origin, lane, head.tier)
-            if origin < head.origin:
-                entry.written = True
-                return entry
+            if held.entries:
+                head = held.entries[0]
+                entry = Entry(record, partition, origin, lane, head.tier)
+                if origin < head.origin:
+                    entry.written = True
+                    return entry
+            else:  # only finished records not confirmed yet: behind their copies
+                last = held.pending[-1]
+                entry = Entry(record, partition, origin, lane, last.tier)
+                if origin <= last.origin:
+                    entry.written = True
+                    return entry
             self._insert(entry)
             return entry
 
@@ -167,6 +188,7 @@ class Shelf:
                         or entry.partition in self._loading
                         or lane is None
                         or lane.running
+                        or not lane.entries
                         or lane.entries[0] is not entry
                     ):
                         continue  # ``release`` or ``done`` offers it again when it may run
@@ -179,20 +201,43 @@ class Shelf:
                 self.lock.wait(max(wait, 0.001))
 
     def done(self, entry: Entry) -> None:
-        """``entry`` succeeded or was given up: its lane's next record may run."""
+        """``entry`` succeeded or was given up: its lane's next record may run; the lane
+        stays parked until its copy is confirmed (``confirmed``)."""
         with self.lock:
             if entry.dropped:
                 return
-            self._let_go(entry)
-            self._origins.pop((entry.partition, entry.origin), None)
+            if self._origins.pop((entry.partition, entry.origin), None) is not None:
+                self._parked[entry.partition] -= 1
             key = (entry.partition, entry.lane)
             lane = self._lanes[key]
             lane.entries.remove(entry)
             lane.running = False
+            if entry.where is None:  # no copy in a tier to confirm
+                entry.settled = True
+            else:
+                lane.pending.append(entry)
+                self._pending.add(key)
+                self._settle(lane)
             if lane.entries:
                 self._maybe_ready(lane.entries[0])
-            else:
+            elif not lane.pending:
                 del self._lanes[key]
+
+    def confirmed(self, points: dict[tuple[int, int], int]) -> None:
+        """The group confirmed each (tier, partition) of ``points`` up to that offset: keys
+        whose finished copies all are confirmed are parked no more."""
+        with self.lock:
+            for point, offset in points.items():
+                self._confirmed[point] = max(offset, self._confirmed.get(point, -1))
+            for key in list(self._pending):
+                lane = self._lanes[key]
+                while lane.pending and self._is_confirmed(lane.pending[0]):
+                    lane.pending.pop(0)
+                self._settle(lane)
+                if not lane.pending:
+                    self._pending.discard(key)
+                    if not lane.entries:
+                        del self._lanes[key]
 
     def moving(self, entry: Entry, tier: int) -> None:
         """``entry`` failed in its tier; its copy is being written to ``tier``."""
@@ -244,8 +289,12 @@ class Shelf:
                 for entry in self._lanes.pop(key).entries:
                     entry.dropped = True
                     self._origins.pop((entry.partition, entry.origin), None)
+                self._pending.discard(key)
             for key in [k for k in self._tracks if k[1] in gone]:
                 del self._tracks[key]
+                self._confirmed.pop(key, None)
+            for partition in gone:
+                self._parked.pop(partition, None)
             self._loading -= gone
             self._owned -= gone
 
@@ -254,19 +303,55 @@ class Shelf:
         with self.lock:
             return len(self._origins), len(self._lanes)
 
+    def parked(self) -> dict[int, int]:
+        """Records on the shelf per source partition."""
+        with self.lock:
+            return {p: n for p, n in self._parked.items() if n}
+
     # -- inside the lock -------------------------------------------------------------------
 
     def _insert(self, entry: Entry) -> None:
         lane = self._lanes.setdefault((entry.partition, entry.lane), _Lane())
         bisect.insort(lane.entries, entry)
         self._origins[(entry.partition, entry.origin)] = entry
+        self._parked[entry.partition] += 1
 
     def _maybe_ready(self, entry: Entry) -> None:
         lane = self._lanes.get((entry.partition, entry.lane))
-        if lane is None or lane.running or lane.entries[0] is not entry or entry.where is None:
+        if lane is None or lane.running or entry.where is None:
+            return
+        if not lane.entries or lane.entries[0] is not entry:
             return
         heapq.heappush(self._due, (entry.due, next(self._ticket), entry))
         self.lock.notify()
+
+    def _settle(self, lane: _Lane) -> None:
+        """Count finished copies done for their tier's confirm, in the lane's order: the
+        first, and each behind it in the same tier partition (a confirm passes them after
+        it); one in another tier waits until those before it are confirmed. Of a run of
+        such copies only the last is kept: its confirm is theirs (a key flowing through a
+        tier whose confirm is held up keeps one entry, not one per record)."""
+        kept: list[Entry] = []
+        for entry in lane.pending:
+            where = entry.where
+            assert where is not None, "a pending entry has a copy"
+            before = kept[-1] if kept else None
+            if before is not None:
+                if not before.settled or before.tier != entry.tier or where <= (before.where or 0):
+                    kept.append(entry)  # waits until those before it are confirmed
+                    continue
+                kept.pop()  # confirmed no later than ``entry``
+            if not entry.settled:
+                entry.settled = True
+                track = self._tracks.get((entry.tier, entry.partition))
+                if track is not None:
+                    track.finish(where)
+            kept.append(entry)
+        lane.pending = kept
+
+    def _is_confirmed(self, entry: Entry) -> bool:
+        confirmed = self._confirmed.get((entry.tier, entry.partition), -1)
+        return entry.settled and entry.where is not None and entry.where <= confirmed
 
     def _let_go(self, entry: Entry) -> None:
         """The copy ``entry`` had in its tier is done with (confirmable)."""

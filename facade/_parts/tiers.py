@@ -1,7 +1,8 @@
 """``Tiers``: a parallel receiver's retry tiers on Kafka (``Retry(tiers=[RetryTier(...)])``).
 
-Each tier is a stream with the source's partition count; a record's copy goes to the
-partition it came from, so the member that owns a source partition owns its tiers' too. That
+Each tier is a stream with at least the source's partitions (created with as many); a record's
+copy goes to the partition number it came from, so the member that owns a source partition owns
+its tiers' too, and a key's copies stay in one partition of each tier, in their source order. That
 member reads the tiers' partitions itself (a consumer of its own, assigned by hand) and
 confirms their offsets through the subscriber's consumer, in the same group and generation
 as the source's: a member that lost the partition cannot confirm them any more. When it gets
@@ -9,7 +10,9 @@ a partition it reads the tiers' copies up to their end first (``load``), so the 
 before a restart stay parked; only then are the source's records handled.
 
 The ``Shelf`` decides what runs; this module moves copies in and out of Kafka and calls the
-handler on the tiers' records when they are due, on up to ``concurrency`` threads.
+handler on the tiers' records when they are due, on up to ``concurrency`` threads. Parked
+records are kept in memory: a source partition with ``limit`` of them is not fetched until
+half of them are done (nothing is dropped: the source's records wait in Kafka).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from bolide.facade._parts.lanes import NO_LANE, LaneOf
 from bolide.facade._parts.shelf import Entry, Shelf
 from bolide.facade.config import PublisherConfig, StreamConfig
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
-from bolide.facade.errors import IllegalSubscriberStateError
-from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.errors import IllegalSubscriberStateError, StreamConfigMismatchError
+from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, partition_count
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import (
     AsyncRecordHandler,
@@ -61,6 +64,7 @@ class Tiers:
         handler: RecordHandler,
         dead_letter: DeadLetterTarget | None,
         concurrency: int,
+        limit: int,
     ) -> None:
         self._host = host
         # ``"unordered"``: a record is its own lane, so a failure parks nothing behind it.
@@ -72,12 +76,10 @@ class Tiers:
         self._tier_of = {name: i for i, name in enumerate(self.topics)}
         self.shelf = Shelf(len(self.topics))
         self.moved = 0  # copies written to a tier
-        n = host.partitions
+        self._limit = limit  # parked records per source partition, at most (about)
+        self._full: set[int] = set()  # source partitions held for their parked records
         self._publishers = [
-            Publisher(
-                host.cluster,
-                PublisherConfig(stream=StreamConfig(name=t, partitions=n, global_order=n == 1)),
-            )
+            Publisher(host.cluster, PublisherConfig(stream=_tier_stream(host, t)))
             for t in self.topics
         ]
         settings = {"group.id": f"{host.group_id}.tiers", "enable.auto.commit": False}
@@ -99,17 +101,29 @@ class Tiers:
         handlers: tuple[RecordHandler | AsyncRecordHandler, RecordHandler],
         dead_letter: DeadLetterTarget | None,
         concurrency: int,
+        limit: int,
     ) -> Tiers | None:
         """The tiers of ``retry``, or ``None`` without any. ``handlers``: the handler as
-        given and as the receiver runs it (within its telemetry span).
+        given and as the receiver runs it (within its telemetry span); ``limit``: parked
+        records per source partition at which its fetching pauses.
 
         Raises:
             TypeError: An ``async def`` handler (tiers call handlers on threads).
             IllegalSubscriberStateError: An ungrouped subscriber (tiers' offsets are the
                 group's).
+            StreamConfigMismatchError: A tier on the source stream itself (its copies would
+                come back as new records, for ever), or a tier stream with fewer partitions
+                than the source.
         """
         if retry is None or not retry.tiers:
             return None
+        for tier in retry.tiers:
+            if tier.stream_for(host.topic) == host.topic:
+                raise StreamConfigMismatchError(
+                    f"retry tier stream {host.topic!r} is the receiver's own stream: each copy "
+                    "would be read again as a new record; give the tier a stream of its own",
+                    stream=host.topic,
+                )
         if is_async_handler(handlers[0]):
             raise TypeError("retry tiers take a plain handler, not an async def one")
         if not host.grouped:
@@ -117,7 +131,7 @@ class Tiers:
                 "retry tiers need a grouped subscriber: their offsets are the group's",
                 stream=host.topic,
             )
-        return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency)
+        return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency, limit)
 
     def start(self) -> None:
         self._thread.start()
@@ -184,6 +198,7 @@ class Tiers:
             self._load(serve)
         except Exception as exc:  # tried again on the next poll
             self._host.report("retry tiers: reading the tiers of new partitions failed", exc)
+        self._throttle()
         held, loaded = self._host.assigned(), self._loaded
         keep: list[Record] = []
         again: dict[int, int] = {}
@@ -226,6 +241,19 @@ class Tiers:
             serve()
         self.shelf.release(new)
 
+    def _throttle(self) -> None:
+        """Hold the source partitions with ``limit`` parked records (their records stay in
+        Kafka, the fetch of other partitions goes on); let go once half of them are done."""
+        parked, full = self.shelf.parked(), self._full
+        over = {p for p, n in parked.items() if n >= self._limit} - full
+        under = {p for p in full if parked.get(p, 0) <= self._limit // 2}
+        if over:
+            log.info("retry tiers: partitions %s not fetched: parked records", sorted(over))
+            self._host.hold_parked(over)
+        if under:
+            self._host.release_parked(under)
+        self._full = (full | over) - under
+
     def revoke(self, partitions: list[int], lost: bool) -> None:
         """Give up the tiers of revoked source partitions (confirming them unless lost)."""
         gone = set(partitions) & self._loaded
@@ -235,6 +263,7 @@ class Tiers:
             self.confirm(only=gone)
         self.shelf.drop(sorted(gone))
         self._loaded -= gone
+        self._full -= gone  # a partition given up is not paused any more
         with self._reader_lock:
             self._reader.incremental_unassign(
                 [TopicPartition(t, p) for t in self.topics for p in gone]
@@ -402,6 +431,7 @@ class Tiers:
         with self._confirm_lock:
             for key, safe in moved.items():
                 self._confirmed[key] = max(safe, self._confirmed.get(key, -1))
+        self.shelf.confirmed(moved)  # keys whose finished copies are all confirmed go on
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -412,6 +442,11 @@ class Tiers:
             self._thread.join(5.0)
         # A running call is not waited for: its record is not confirmed, read again later.
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._full:  # fetched again by the subscriber (another receiver may follow)
+            try:
+                self._host.release_parked(self._full)
+            except Exception as exc:
+                self._host.report("retry tiers: resuming paused partitions failed", exc)
         try:
             self.confirm()
         finally:
@@ -419,6 +454,23 @@ class Tiers:
                 self._reader.close()
             for publisher in self._publishers:
                 publisher.close()
+
+
+def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:
+    """Tier stream ``name``: created with the source's partition count when missing; an
+    existing one needs at least as many partitions (a copy goes to the partition number of
+    its source record; partitions past the source's stay unused)."""
+    wanted = host.partitions
+    count = partition_count(admin_client(host.cluster), name)
+    if count is None:
+        return StreamConfig(name=name, partitions=wanted, global_order=wanted == 1)
+    if count < wanted:
+        raise StreamConfigMismatchError(
+            f"retry tier stream {name!r} has {count} partitions, fewer than the {wanted} of "
+            f"{host.topic!r}: each copy goes to the partition number its record came from",
+            stream=name,
+        )
+    return StreamConfig(name=name)
 
 
 def _theirs(headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:

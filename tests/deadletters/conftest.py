@@ -31,11 +31,11 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.kafka import admin_client, log_ends, partition_count
+from bolide.facade.kafka import admin_client, log_ends, log_starts, partition_count, probe_consumer
 from bolide.stores import Archiver, DeadLetters, SqlStore
 from tests.conftest import DATABASES, eventually, upgraded_db_url
 
-__all__ = ["ARCHIVE_ONLY", "JsonSerde", "Letters", "end_of", "read_all"]
+__all__ = ["ARCHIVE_ONLY", "JsonSerde", "Letters", "end_of", "log_start", "read_all"]
 
 #: Offsets of the dead-letter stream below Kafka's log start: only the archive holds them.
 ARCHIVE_ONLY = 2
@@ -59,6 +59,15 @@ class JsonSerde:
 def end_of(cluster: Cluster, stream: str) -> int:
     """The end of partition 0 of ``stream``."""
     return log_ends(cluster, stream, [0])[0]
+
+
+def log_start(cluster: Cluster, stream: str) -> int:
+    """The log start of partition 0 of ``stream``."""
+    consumer = probe_consumer(cluster)
+    try:
+        return log_starts(consumer, stream, [0], cluster=cluster)[0]
+    finally:
+        consumer.close()
 
 
 def read_all(cluster: Cluster, stream: StreamConfig) -> list[Record]:

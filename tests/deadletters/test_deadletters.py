@@ -27,10 +27,10 @@ from bolide.facade.deadletter import (
     SOURCE_HEADER,
     letter,
 )
-from bolide.facade.kafka import probe_consumer
 from bolide.stores import DeadLetter, DeadLetters
 from bolide.stores._dead_letter_schema import REPLAYS
-from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, end_of, read_all
+from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, end_of, log_start, read_all
+from tests.deadletters.test_filter_guard import ENDLESS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
 
@@ -156,6 +156,9 @@ REFUSED = [
     "length(pg_read_file('/etc/passwd')) > 0",
     "no_such_column = 1",
     "reason = 'failed' AND",
+    # SQLite reads [x'] and `x'` as names, where the text check sees a literal's start.
+    "CAST(1 AS [x']) = 2 OR EXISTS(SELECT 1 FROM bolide_records) OR CAST(2 AS [y']) = 3",
+    "CAST(1 AS `x'`) = 2 OR EXISTS(SELECT 1 FROM bolide_records) OR CAST(2 AS `y'`) = 3",
 ]
 
 
@@ -174,6 +177,18 @@ def test_a_where_that_is_not_one_read_only_expression_sends_nothing(
     with letters.store.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(REPLAYS)).scalar() == 0
     assert letters.store.largest_offset(letters.dead.name, 0) == 3  # the archive is whole
+
+
+def test_a_where_that_runs_too_long_is_stopped_and_nothing_is_purged(letters: Letters) -> None:
+    # A billion rows of constants, disguised from the text check as a literal.
+    where = f"CAST(1 AS [x']) = 2 OR {ENDLESS} OR CAST(2 AS [y']) = 3"
+    workbench = DeadLetters(letters.store, letters.cluster, where_timeout_ms=300)
+    with pytest.raises(DeadLetterFilterError) as stopped:
+        workbench.purge(stream=letters.dead.name, where=where)
+    if letters.db_url.startswith("sqlite"):
+        assert "where_timeout_ms=300" in str(stopped.value)
+    # (PostgreSQL reads no [x'] at all: a syntax error.)
+    assert len(letters.workbench.list(letters.dead.name)) == 8  # nothing purged
 
 
 def test_dead_letters_without_a_source_need_a_target(letters: Letters, stream_factory) -> None:
@@ -220,13 +235,7 @@ def test_purge_hides_deletes_and_trims_what_kafka_allows(
 
 
 def _log_start(letters: Letters, stream: str) -> int:
-    from bolide.facade.kafka import log_starts
-
-    consumer = probe_consumer(letters.cluster)
-    try:
-        return log_starts(consumer, stream, [0], cluster=letters.cluster)[0]
-    finally:
-        consumer.close()
+    return log_start(letters.cluster, stream)
 
 
 def test_a_replay_that_died_mid_way_publishes_nothing_twice(
@@ -276,6 +285,10 @@ def test_arguments_are_checked_before_anything_is_read(letters: Letters) -> None
     workbench, dead = letters.workbench, letters.dead.name
     with pytest.raises(TypeError, match="store"):
         DeadLetters("sqlite://", letters.cluster)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="where_timeout_ms"):
+        DeadLetters(letters.store, letters.cluster, where_timeout_ms=0)
+    with pytest.raises(TypeError, match="where_timeout_ms"):
+        DeadLetters(letters.store, letters.cluster, where_timeout_ms=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stream"):
         workbench.list("bad/name")
     with pytest.raises(ValueError, match="to"):

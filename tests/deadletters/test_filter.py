@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from bolide.facade import DeadLetterFilterError
 from bolide.stores import DeadLetter
 from bolide.stores._letter_filter import COLUMN_NAMES, check_filter, select_ids
+from bolide.stores._letter_guard import FILTER_ROLE
 
 
 def _letter(offset: int, **fields: object) -> DeadLetter:
@@ -129,11 +130,19 @@ def test_postgresql_s_read_only_mode_refuses_a_change_the_text_check_let_through
     from tests.conftest import make_db_url
 
     url = make_db_url("postgresql", tmp_path, request)
+    select_ids(sa.make_url(url), "reason = 'failed'", [])  # the filter role exists from here
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     with engine.begin() as conn:
         conn.execute(sa.text("CREATE SEQUENCE counter"))
+        # Rights the filter role should not have: the read-only transaction still holds.
+        conn.execute(sa.text(f"GRANT USAGE ON SCHEMA {_schema(conn)} TO {FILTER_ROLE}"))
+        conn.execute(sa.text(f"GRANT USAGE, UPDATE ON SEQUENCE counter TO {FILTER_ROLE}"))
     engine.dispose()
     # nextval() changes the database; the text check does not know it (select_ids is called
     # directly here), the read-only transaction refuses it.
     with pytest.raises(DeadLetterFilterError, match="tried to change data"):
         select_ids(sa.make_url(url), "nextval('counter') > 0", [d.columns() for d in LETTERS])
+
+
+def _schema(conn: sa.Connection) -> str:
+    return str(conn.execute(sa.text("SELECT current_schema()")).scalar_one())

@@ -4,14 +4,17 @@ the embedded Tansu engine has no share groups (docs/compatibility.md)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bolide.facade import (
     Cluster,
     Publisher,
     PublisherConfig,
+    PublishError,
     Reason,
     Record,
     Retry,
@@ -20,9 +23,10 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.deadletter import REPLAYED_FROM_HEADER
+from bolide.facade.deadletter import REASON_HEADER, REPLAYED_FROM_HEADER
+from bolide.facade.kafka import admin_client
 from bolide.stores import DeadLetters, SqlStore
-from tests.conftest import eventually
+from tests.conftest import ack_polled, eventually
 from tests.deadletters.conftest import end_of, read_all
 
 pytestmark = [pytest.mark.kafka]
@@ -103,3 +107,54 @@ def test_share_group_dead_letters_are_listed_and_replayed(
         by_data[b"r1"].id.encode(),
         by_data[b"r4"].id.encode(),
     }
+
+
+class _NoBad:
+    """Cannot decode payloads that start with ``bad``."""
+
+    def decode(self, data: bytes, **where: object) -> bytes:
+        if data.startswith(b"bad"):
+            raise ValueError("not decodable")
+        return data
+
+
+def _set_topic(cluster: Cluster, topic: str, name: str, value: str) -> None:
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    admin = admin_client(cluster)  # kept alive until the answer comes
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def test_a_dead_letter_not_published_keeps_the_record_and_the_poll(
+    bolide_backend: tuple[str, Cluster], stream_factory: Callable[..., StreamConfig]
+) -> None:
+    engine, cluster = bolide_backend
+    if engine == "tansu":
+        pytest.skip("the embedded Tansu engine has no share groups (docs/compatibility.md)")
+    source = stream_factory("jobs")
+    # The dead letter stream refuses the letter (too large) until its limit is raised.
+    dead = stream_factory("jobs-dlq", topic_config={"max.message.bytes": "2000"})
+    bad = b"bad" + os.urandom(4_000)  # random: no compression brings it under the limit
+    with Publisher(cluster, PublisherConfig(stream=source)) as pub:
+        values = [b"r0", b"r1", bad, b"r3", b"r4"]
+        pub.publish_many(Record(v) for v in values).result(30)  # one batch: one fetch
+    config = SubscriberConfig(
+        stream=source, share_group=f"g-{source.name}", serde=_NoBad(), dead_letter=dead,
+        share_group_config={"share.record.lock.duration.ms": 60_000},
+    )  # fmt: skip
+    got: list[Record] = []
+    with Subscriber(cluster, config) as sub:
+        assert isinstance(sub, ShareSubscriber)
+        eventually(lambda: ack_polled(sub, got, PublishError), timeout_s=30)
+        with pytest.raises(PublishError):
+            sub.poll(100)  # the same record again: nothing behind it jumps ahead
+        _set_topic(cluster, dead.name, "max.message.bytes", "1048588")
+        # Until the broker applies the new limit, polls fail as before.
+        eventually(lambda: ack_polled(sub, got, PublishError) is None and len(got) >= 4, 30)
+        sub.confirm()
+        assert len(sub.poll(500)) == 0
+    assert [r.data for r in got] == [b"r0", b"r1", b"r3", b"r4"]
+    assert {r.delivery_count for r in got} == {1}
+    [letter] = read_all(cluster, dead)
+    assert letter.data == bad and letter.header(REASON_HEADER) == b"undecodable"

@@ -177,3 +177,29 @@ def test_passwords_never_show() -> None:
     assert info.value.retriable
     assert info.value.__cause__ is None or "s3cr3t-pw" not in str(info.value.__cause__)
     store.close()
+
+
+def test_dead_letter_books_keep_their_rows_across_0009(db_url: str) -> None:
+    """Up: rows of 0008 become rows of an unknown topic (``''``, no timestamp). Down: of rows
+    that differ only by topic, the newest stays."""
+    with SqlStore(db_url) as store:
+        store.upgrade("0008")
+        place = {"stream": "s-dlq", "kafka_partition": 0, "kafka_offset": 3}
+        with store.engine.begin() as conn:
+            purges = sa.Table("bolide_dead_letter_purges", sa.MetaData(), autoload_with=conn)
+            conn.execute(purges.insert(), [{**place, "purged_ms": 1_000}])
+        store.upgrade("0009")
+        with store.engine.begin() as conn:
+            purges = sa.Table("bolide_dead_letter_purges", sa.MetaData(), autoload_with=conn)
+            assert [
+                tuple(r) for r in conn.execute(sa.select(purges.c.topic_id, purges.c.timestamp_ms))
+            ] == [("", None)]
+            conn.execute(
+                purges.insert(),
+                [{**place, "topic_id": "new-topic", "timestamp_ms": 1_500, "purged_ms": 2_000}],
+            )
+        store.downgrade("0008")
+        with store.engine.connect() as conn:
+            purges = sa.Table("bolide_dead_letter_purges", sa.MetaData(), autoload_with=conn)
+            assert conn.execute(sa.select(purges.c.purged_ms)).scalars().all() == [2_000]
+            assert "topic_id" not in purges.c

@@ -213,3 +213,25 @@ def test_a_partition_paused_while_its_history_is_read_stays_paused_when_the_hist
         sub.resume()
         records = drain(sub, COUNT)
     check_log(records, 0)
+
+
+def test_a_splice_paused_when_the_shared_fetch_stops_reads_each_record_once(trimmed, archived):
+    # The partition leaves the shared ring while its history is queued and the application
+    # holds it: its own consumer must take over where the history ends, not at the delivery
+    # position (which is still in the history).
+    config = SubscriberConfig(stream=archived)
+    sub, other = Subscriber(trimmed, config), Subscriber(trimmed, config)
+    try:
+        for s in (sub, other, sub):
+            assert len(s.poll(100)) == 0
+        assert sub._fetcher._ringed == {0}  # on the shared fetch, at the end
+        sub.seek(5)
+        sub.pause()
+        other.close()
+        assert len(sub.poll(500)) == 0
+        sub.resume()
+        records = drain(sub, COUNT - 5)
+    finally:
+        sub.close()
+        other.close()
+    check_log(records, 5)

@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from bolide.facade import Cluster, Record, StreamConfig
-from bolide.stores import Outbox, SqlStore
+from bolide.stores import Outbox, OutboxRelay, SqlStore
 from tests.conftest import eventually
 from tests.outbox.conftest import read_stream
 
@@ -101,3 +102,33 @@ def test_relay_command_usage_errors_exit_2(extra: list[str], message: str) -> No
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_relay_command_refuses_a_second_relay_on_the_same_sqlite_file_by_another_name(
+    cluster: Cluster,
+    store: SqlStore,
+    outbox: Outbox,
+    relays: Callable[..., OutboxRelay],
+    tmp_path: Path,
+    link: str,
+) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL relays share the work")
+    database = Path(str(store.engine.url.database))
+    alias = database.with_name("alias.db")
+    if link == "symbolic":
+        alias.symlink_to(database)
+    else:
+        os.link(database, alias)
+    relay = relays(outbox)
+    done = subprocess.run(
+        bolide("outbox", "relay", "--db", f"sqlite:///{alias}", *cluster_args(cluster)),
+        capture_output=True,
+        text=True,
+        timeout=120,  # before it runs on: a relay let in would not exit
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "another outbox relay runs on" in done.stderr
+    assert relay.running

@@ -9,6 +9,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -173,6 +174,34 @@ def test_sqlite_takes_one_relay_at_a_time(
         outbox.relay(cluster)
     relay.close()
     relays(outbox).close()  # free again
+
+
+def test_sqlite_takes_one_relay_per_file_whatever_path_leads_to_it(
+    cluster: Cluster,
+    store: SqlStore,
+    outbox: Outbox,
+    topic: Topic,
+    relays: Relays,
+    tmp_path: Path,
+) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL relays share the work (test_two_relays_share_...)")
+    other = tmp_path / "elsewhere" / "alias.db"  # a hard link: tests/outbox/test_cli.py
+    other.parent.mkdir()
+    other.symlink_to(Path(str(store.engine.url.database)))
+    stream = topic()
+    with store.engine.begin() as conn:
+        for i in range(20):
+            outbox.add(conn, stream, Record(b"%d" % i))
+    relay = relays(outbox, batch_size=1)
+    with SqlStore(f"sqlite:///{other}") as alias:
+        with pytest.raises(StoreError, match="one relay at a time"):
+            relays(Outbox(alias))
+        relay.close()
+        relays(Outbox(alias))  # free again, through the other path too
+        eventually(lambda: outbox.pending() == 0, 60)
+    # At least once: a round the close cut short may be published again by the next relay.
+    assert {int(r.data or b"") for r in read_stream(cluster, stream, 20)} == set(range(20))
 
 
 def test_relay_progress_in_stats_and_in_the_log(

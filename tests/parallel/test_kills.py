@@ -13,8 +13,18 @@ import time
 
 import pytest
 
+from bolide.facade import Publisher, PublisherConfig, Record, RetryTier
+from tests.conftest import eventually
 from tests.parallel.conftest import publish_keyed
-from tests.reliability.conftest import KILLS, record_figures, scaled
+from tests.parallel.test_retry_tiers import high_watermark
+from tests.reliability.conftest import (
+    KILLS,
+    Member,
+    committed,
+    record_figures,
+    scaled,
+    wait_session_expiry,
+)
 from tests.reliability.test_subscriber_crash import CrashRun, offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
@@ -81,3 +91,52 @@ def handled_or_dead(member) -> set[tuple[int, int]]:
 def member_offsets(member) -> list[tuple[int, int]]:
     """``(partition, offset)`` of each record a member handled, in the order it logged them."""
     return [(int(f[0]), int(f[1])) for f in member.processed()]
+
+
+def test_a_key_keeps_its_order_across_a_kill_after_its_source_confirm(
+    cluster, stream_factory, group_name, tmp_path, members
+):
+    """Record k1 of key k succeeds in the first tier, k2 comes after it; the member is
+    killed once the source is confirmed past k2, while k1's copy is not confirmed yet (an
+    unfinished copy of another key lies before it in that tier, parked for an hour). The
+    next member calls k1 again, so it must call k2 again after it: a key's records that run
+    again come in their order, followed by every later one."""
+    stream = stream_factory()
+    first = RetryTier(delay_s=0.2).stream_for(stream.name)
+    second = RetryTier(delay_s=3600).stream_for(stream.name)
+    args = ["tiers", cluster.bootstrap_servers, stream.name, "1", group_name]
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+
+        def publish(key: bytes, value: bytes) -> int:
+            return pub.publish_async(Record(value, key=key)).result(60)
+
+        publish(b"j", b"stuck")  # fails every call: an hour in the second tier
+        publish(b"j", b"ok")  # parked behind it in the first tier: that tier's confirm stops
+        killed = Member(tmp_path, "m0", args)
+        members.append(killed)
+        eventually(killed.ready, 60)
+        eventually(lambda: high_watermark(cluster, second, 0) == 1, 60)
+        assert high_watermark(cluster, first, 0) == 2
+        k1 = publish(b"k", b"once")  # its copy goes to the first tier behind j's
+        eventually(lambda: handled(killed, k1), 60)
+        k2 = publish(b"k", b"ok")
+        eventually(lambda: handled(killed, k2), 60)
+        eventually(lambda: committed(cluster, group_name, stream.name, 1).get(0, 0) > k2, 60)
+        killed.kill()
+        wait_session_expiry()
+        taker = Member(tmp_path, "m1", [*args, "--healed"])
+        members.append(taker)
+        eventually(taker.ready, 60)
+        k3 = publish(b"k", b"ok")
+        eventually(lambda: handled(taker, k3), 60)
+    again = [o for o in offsets_of(taker) if o in (k1, k2, k3)]
+    assert again == [k1, k2, k3], again  # k1 ran again: k2 after it, and k3 last
+
+
+def handled(member: Member, offset: int) -> bool:
+    member.check_alive()
+    return offset in offsets_of(member)
+
+
+def offsets_of(member: Member) -> list[int]:
+    return [int(f[1]) for f in member.processed()]

@@ -4,6 +4,7 @@ are parked behind it, other keys flow, nothing is reordered or lost across a res
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 
@@ -19,6 +20,7 @@ from bolide.facade import (
     Record,
     Retry,
     RetryTier,
+    StreamConfigMismatchError,
     Subscriber,
     SubscriberConfig,
 )
@@ -220,6 +222,43 @@ def test_bad_tiers_are_refused(cluster, stream_factory):
         sub.close()
 
 
+def test_a_tier_stream_needs_its_own_stream_with_at_least_the_sources_partitions(
+    cluster, stream_factory
+):
+    """A tier on the source stream would read its own copies back as new records for ever;
+    one with fewer partitions cannot take a copy at its record's partition number. One with
+    more is used: copies go to the partition numbers of their records, the rest stay empty."""
+    stream = stream_factory(partitions=2, global_order=False)
+    narrow, wide = stream_factory(), stream_factory(partitions=3, global_order=False)
+    for made in (narrow, wide):
+        Publisher(cluster, PublisherConfig(stream=made)).close()  # the topic exists
+    keys = publish_keyed(cluster, stream, 8, keys=2)
+    failing = min(p_o for p_o in keys if p_o[0] == 1)
+    calls: Counter[tuple[int, int]] = Counter()
+    lock = threading.Lock()
+
+    def handler(record: Record) -> None:
+        place = (record.partition or 0, record.offset or 0)
+        with lock:
+            calls[place] += 1
+            if place == failing and calls[place] == 1:
+                raise RuntimeError("first call fails")
+
+    sub = grouped(cluster, stream, fresh_group())
+    try:
+        for tier, match in ((stream.name, "own stream"), (narrow.name, "fewer")):
+            retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2, stream=tier)])
+            with pytest.raises(StreamConfigMismatchError, match=match):
+                sub.attach_receiver(handler, retry=retry)
+        tiers = [RetryTier(delay_s=0.2, stream=wide.name)]
+        sub.attach_receiver(handler, concurrency=2, retry=Retry(attempts=1, tiers=tiers))
+        eventually(lambda: len(calls) == 8 and calls[failing] == 2, 60)
+    finally:
+        sub.close()
+    ends = [high_watermark(cluster, wide.name, p) for p in range(3)]
+    assert ends[0] == ends[2] == 0 and ends[1] >= 1  # the copies (and its key's) in partition 1
+
+
 def test_retry_benchmark_runs(cluster, capsys):
     if cluster.settings:
         pytest.skip("the benchmark's --bootstrap carries no security settings")
@@ -257,3 +296,57 @@ def test_unordered_records_do_not_wait_for_a_failing_one(cluster, stream_factory
         sub.close()
     assert handled.order[-1] == (b"k0", 2)
     assert handled.calls[2] == 2
+
+
+def test_parked_records_of_a_partition_are_bounded_and_none_is_dropped(
+    cluster, stream_factory, caplog
+):
+    """``ordering="partition"`` with its head record stuck in a tier (its downstream hangs):
+    every later record of the partition parks behind it, in memory. At ``max_in_flight``
+    parked records the partition is not fetched any more (its records wait in Kafka); once
+    the head goes through, every record runs, once and in order."""
+    caplog.set_level(logging.INFO, logger="bolide.facade.parallel")
+    stream, total, limit = stream_factory(), 300, 20
+    publish_keyed(cluster, stream, total, keys=7)
+    healed, lock = threading.Event(), threading.Lock()
+    calls: Counter[int] = Counter()
+    order: list[int] = []
+
+    def handler(record: Record) -> None:
+        with lock:
+            calls[record.offset or 0] += 1
+            first = calls[record.offset or 0] == 1
+        if first and not healed.is_set():
+            raise RuntimeError("the service is down")
+        assert healed.wait(120)  # the head's call in its tier hangs until the outage ends
+        with lock:
+            order.append(record.offset or 0)
+
+    config = SubscriberConfig(
+        stream=stream, group=fresh_group(), lease_timeout_ms=LEASE_MS, max_batch=10
+    )
+    sub, most = Subscriber(cluster, config), [0]
+    try:
+        receiver = sub.attach_receiver(
+            handler,
+            concurrency=2,
+            ordering="partition",
+            max_in_flight=limit,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2)]),
+        )
+
+        def parked() -> int:
+            most[0] = max(most[0], receiver.metrics().parked)
+            return most[0]
+
+        def paused() -> bool:
+            return any("not fetched: parked records" in m for m in caplog.messages)
+
+        eventually(lambda: parked() >= total or (parked() >= limit and paused()), 120)
+        healed.set()
+        eventually(lambda: parked() >= 0 and len(order) == total, 120)
+    finally:
+        healed.set()
+        sub.close()
+    assert most[0] <= 3 * limit, most[0]  # the limit, and what was fetched or in flight
+    assert order == list(range(total))

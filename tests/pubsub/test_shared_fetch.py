@@ -214,3 +214,61 @@ def test_subscribers_never_closed_let_the_shared_fetch_go(cluster, stream_factor
 def test_shared_fetch_bytes_is_checked(stream_factory, bad) -> None:
     with pytest.raises((TypeError, ValueError), match="shared_fetch_bytes"):
         SubscriberConfig(stream=stream_factory(), shared_fetch_bytes=bad)
+
+
+@pytest.mark.parametrize("while_paused", ["poll", "wait", "seek"])
+def test_a_paused_subscriber_left_alone_resumes_where_its_delivery_stopped(
+    cluster, stream_factory, while_paused
+) -> None:
+    stream = stream_factory(partitions=2)
+    sub, other = subscriber(cluster, stream), subscriber(cluster, stream)
+    try:
+        for s in (sub, other):
+            assert len(s.poll(100)) == 0  # both on the shared fetch, at its start
+        publish(cluster, stream, 100)
+        read = per_partition(drain(sub, 100))
+        assert sub._fetcher._ringed == {0, 1}
+        sub.pause()
+        ends = {p: offsets[-1] + 1 for p, offsets in read.items()}
+        if while_paused == "seek":
+            sub.seek(10, partition=1)
+            ends[1] = 10
+        other.close()  # the last sharer but one: its own consumer again, its partitions paused
+        if while_paused != "wait":
+            assert len(sub.poll(500)) == 0
+        publish(cluster, stream, 110, first=100)
+        sub.resume()
+        got = per_partition(drain(sub, 10 + 50 - ends[1]))
+        assert got == {p: list(range(ends[p], ends[p] + len(got[p]))) for p in (0, 1)}
+        assert sum(map(len, got.values())) == 10 + 50 - ends[1]
+        assert sub._fetcher._ringed == set()
+    finally:
+        sub.close()
+        other.close()
+
+
+def test_pausing_while_the_shared_fetch_starts_or_stops_skips_and_repeats_nothing(
+    cluster, stream_factory
+) -> None:
+    stream = stream_factory()
+    publish(cluster, stream, 50)
+    with subscriber(cluster, stream) as sub:
+        assert [r.offset for r in drain(sub, 50)] == list(range(50))  # alone
+        sub.pause()
+        with subscriber(cluster, stream) as other:
+            assert [r.offset for r in drain(other, 50)] == list(range(50))  # the fetch starts
+            assert len(sub.poll(500)) == 0  # paused: it stays with its own consumer
+            assert sub._fetcher._ringed == set()
+            sub.resume()
+            publish(cluster, stream, 60, first=50)
+            assert [r.offset for r in drain(sub, 10)] == list(range(50, 60))
+            assert sub._fetcher._ringed == {0}  # joined once resumed
+            assert [r.offset for r in drain(other, 10)] == list(range(50, 60))
+            other.pause()
+            sub.pause()
+        assert stream.name not in active()  # the other one closed while paused
+        publish(cluster, stream, 70, first=60)
+        assert len(sub.poll(500)) == 0
+        sub.resume()
+        assert [r.offset for r in drain(sub, 10)] == list(range(60, 70))
+        assert sub._fetcher._ringed == set()

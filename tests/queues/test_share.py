@@ -24,6 +24,7 @@ from bolide.facade import (
     Publisher,
     PublisherConfig,
     Record,
+    SerializationError,
     ShareSubscriber,
     StreamConfig,
     Subscriber,
@@ -31,7 +32,7 @@ from bolide.facade import (
 )
 from bolide.facade.deadletter import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from bolide.facade.features import broker_features
-from tests.conftest import eventually
+from tests.conftest import ack_polled, eventually
 
 pytestmark = [pytest.mark.kafka]
 
@@ -480,3 +481,65 @@ def test_lag_and_top_show_a_share_group_s_backlog(
     report = lag_report(share_cluster, streams=[stream.name])
     assert "SHARE-GROUP" in render_lag(report)
     assert any(q["group"] == group for q in report.to_dict()["share"])
+
+
+class _Registry:
+    """A serde whose registry is away while ``down``: ``b"r2"`` then fails retriably."""
+
+    def __init__(self) -> None:
+        self.down = True
+
+    def decode(self, data: bytes, *, stream: str, **where: object) -> bytes:
+        if data == b"r2" and self.down:
+            raise SerializationError("registry unreachable", stream=stream, retriable=True)
+        return data.upper()
+
+
+def _publish_one_batch(cluster: Cluster, stream: StreamConfig, count: int) -> None:
+    """``count`` records in one producer batch: one share fetch acquires them all."""
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish_many(Record(f"r{i}".encode()) for i in range(count)).result(30)
+
+
+def test_a_retriable_decode_failure_loses_nothing_and_comes_back_with_the_next_poll(
+    share_cluster: Cluster, stream: StreamConfig, members: list[ShareSubscriber]
+) -> None:
+    _publish_one_batch(share_cluster, stream, 5)
+    registry = _Registry()
+    # A lock outlasting the test: the member keeps its records while it waits.
+    config = _config(stream, f"g-{stream.name}", lock_ms=60_000, serde=registry)
+    sub = _member(share_cluster, config, members)
+    got: list[Record] = []
+    failure = eventually(lambda: ack_polled(sub, got, SerializationError), timeout_s=30)
+    assert failure.retriable
+    with pytest.raises(SerializationError, match="registry unreachable"):
+        sub.poll(100)  # still away: the same record fails again, nothing behind it jumps ahead
+    registry.down = False
+
+    eventually(lambda: ack_polled(sub, got, SerializationError) is None and len(got) >= 5, 30)
+    assert [r.value for r in got] == [b"R0", b"R1", b"R2", b"R3", b"R4"]
+    assert {r.delivery_count for r in got} == {1}  # kept by the member, not delivered again
+    sub.confirm()
+    assert len(sub.poll(500)) == 0
+
+
+def test_a_share_receiver_outlives_a_retriable_decode_failure(
+    share_cluster: Cluster, stream: StreamConfig, members: list[ShareSubscriber]
+) -> None:
+    _publish_one_batch(share_cluster, stream, 5)
+    registry = _Registry()
+    reported: list[BaseException | None] = []
+    config = _config(
+        stream, f"g-{stream.name}", lock_ms=60_000, serde=registry,
+        error_handler=lambda summary, error: reported.append(error),
+    )  # fmt: skip
+    handled: list[bytes] = []
+    receiver = _member(share_cluster, config, members).attach_receiver(
+        lambda record: handled.append(record.value)
+    )
+    eventually(lambda: any(isinstance(e, SerializationError) for e in reported), timeout_s=30)
+    registry.down = False
+    eventually(lambda: receiver.metrics().finished == 5, timeout_s=30)
+    receiver.close()
+    assert sorted(handled) == [b"R0", b"R1", b"R2", b"R3", b"R4"]
+    assert receiver.metrics().failed == 0

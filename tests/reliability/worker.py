@@ -20,7 +20,12 @@ Modes:
     a grouped subscriber with a parallel receiver (key order, random handler latency up to
     twice ``--delay-ms``), which confirms below its first unfinished record; with
     ``--fail-every N``, records whose value is a multiple of N fail their first call in each
-    process and go through retry tiers (``D <partition> <offset>``: dead-lettered).
+    process and go through retry tiers (``D <partition> <offset>``: dead-lettered);
+``tiers``
+    a parallel receiver with retry tiers of 0.2 s and an hour: a record whose value is
+    ``stuck`` fails every call (it waits an hour in the second tier, its key parked behind
+    it), one whose value is ``once`` fails its first call in the process (none with
+    ``--healed``).
 
 Usage: ``python -m tests.reliability.worker MODE BOOTSTRAP TOPIC PARTITIONS GROUP LOG STOP
 [--db URL] [--delay-ms MS] [--max-batch N]``.
@@ -33,6 +38,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from typing import TextIO
 
 from bolide.facade import (
@@ -55,7 +61,7 @@ RESEQ_TIMEOUT_S = 3.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="worker")
-    parser.add_argument("mode", choices=("group", "reseq", "durable", "parallel"))
+    parser.add_argument("mode", choices=("group", "reseq", "durable", "parallel", "tiers"))
     parser.add_argument("bootstrap")
     parser.add_argument("topic")
     parser.add_argument("partitions", type=int)
@@ -67,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--fail-every", type=int, default=0)
+    parser.add_argument("--healed", action="store_true")
     return parser
 
 
@@ -135,9 +142,45 @@ def run_parallel(args: argparse.Namespace, out: TextIO) -> None:
             time.sleep(0.05)
 
 
+def run_tiers(args: argparse.Namespace, out: TextIO) -> None:
+    """The ``tiers`` mode: records fail by their value, the receiver moves them through
+    its tiers; this thread only waits."""
+    lock, calls = threading.Lock(), Counter[tuple[int | None, int | None]]()
+    parked = threading.Event()  # the stuck record's key has a second record in the tiers
+
+    def handler(record: Record) -> None:
+        with lock:
+            calls[(record.partition, record.offset)] += 1
+            call = calls[(record.partition, record.offset)]
+        if record.data == b"stuck":
+            if call == 2:  # in the first tier: the next record of its key parks there too
+                parked.wait(60)
+            raise RuntimeError("stuck")
+        if record.data == b"once" and call == 1 and not args.healed:
+            raise RuntimeError("first call fails")
+        with lock:
+            out.write(_line(record))
+
+    tiers = [RetryTier(delay_s=0.2), RetryTier(delay_s=3600)]
+    with _connect(args) as sub:
+        receiver = sub.attach_receiver(
+            handler, concurrency=4, retry=Retry(attempts=1, backoff_s=0, tiers=tiers)
+        )
+        while not sub.is_assigned():
+            time.sleep(0.05)
+        out.write("READY\n")
+        while not os.path.exists(args.stop):
+            if receiver.metrics().parked >= 2:
+                parked.set()
+            time.sleep(0.05)
+
+
 def run(args: argparse.Namespace, out: TextIO) -> None:
     if args.mode == "parallel":
         run_parallel(args, out)
+        return
+    if args.mode == "tiers":
+        run_tiers(args, out)
         return
     delay = args.delay_ms / 1000
     reseq = Resequencer(mode="batch", timeout_s=RESEQ_TIMEOUT_S) if args.mode == "reseq" else None
