@@ -1,6 +1,6 @@
 """The shape docs/architecture.md promises, checked on the source: no function over 60 lines
-(modules are cut where concepts part, not at a line count), and no object's underscore members used from outside the module that
-defines them (the seams are protocols and public methods)."""
+(modules are cut where concepts part, not at a line count), and no object's underscore members
+used from outside the module that defines them (the seams are protocols and public methods)."""
 
 from __future__ import annotations
 
