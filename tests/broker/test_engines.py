@@ -128,8 +128,11 @@ def test_stop_removes_its_data_and_stops_only_its_own_processes(tmp_path: Path) 
     try:
         with EmbeddedBroker(engine="kafka", log_path=tmp_path / "k.log") as broker:
             assert broker.engine == "kafka" and broker.node_ids == (1,)
-            assert len(ours() - before) == 1
-        assert ours() == before
+            # Other runs on the machine may start and stop brokers meanwhile: only the folder
+            # that appeared with this one is its own.
+            own = ours() - before
+            assert own
+        assert not own & ours()
         assert bystander.poll() is None
     finally:
         bystander.kill()
