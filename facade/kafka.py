@@ -40,8 +40,29 @@ __all__ = [
     "probe_consumer",
 ]
 
-#: librdkafka's own log lines go to this logger instead of stderr.
-_KAFKA_LOG = logging.getLogger("bolide.kafka")
+
+class _LibrdkafkaLog:
+    """Where librdkafka's own lines go (a client's ``logger``): the ``bolide.kafka`` logger,
+    instead of librdkafka's bare lines on stderr.
+
+    A condition librdkafka retries by itself, said by a line ending in ``retrying`` (``GETPID
+    ... Coordinator load in progress: retrying`` on most first publishes to a fresh broker), is
+    logged at debug: it is not a fault unless it lasts, and then the call waiting on it fails
+    with its own error.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        text = str(args[-1]) if args else msg
+        if level > logging.DEBUG and text.rstrip().endswith("retrying"):
+            level = logging.DEBUG
+        self.logger.log(level, msg, *args)
+
+
+#: librdkafka's own log lines go to the ``bolide.kafka`` logger instead of stderr.
+_KAFKA_LOG = _LibrdkafkaLog(logging.getLogger("bolide.kafka"))
 
 #: Producer defaults: Meteor's per-publisher order across retries needs idempotence.
 PRODUCER_DEFAULTS: dict[str, Any] = {

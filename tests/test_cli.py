@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bolide.facade import Cluster, StreamConfig
+from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 from bolide.facade.cli.main import build_parser, main
 from bolide.facade.cli.stream import parse_time_ms
 from bolide.facade.kafka import admin_client
@@ -358,3 +358,90 @@ def test_kcat_flags_keys_partitions_and_the_last_records(
     assert sorted(counted) == [0, 0, 1, 1]
     two = bolide("tail", "-t", name, *where, "--from-beginning", "-c", "2")
     assert two.returncode == 0 and len(two.stdout.splitlines()) == 2
+
+
+@pytest.mark.kafka
+def test_kcat_offsets_and_mode_flags(
+    stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    name = stream_factory().name
+    published = bolide("-P", "-t", name, *where, "-P", stdin="".join(f"v{i}\n" for i in range(5)))
+    assert published.returncode == 0, published.stderr
+
+    def values(*start: str) -> list[str]:
+        done = bolide("-C", "-t", name, *where, *start, "-e", "-K", "=")
+        assert done.returncode == 0, done.stderr
+        return [line.split("=", 1)[1] for line in done.stdout.splitlines()]
+
+    assert values("-o", "beginning") == [f"v{i}" for i in range(5)]
+    assert values("-o", "3") == ["v3", "v4"]
+    assert values("-o", "-2") == ["v3", "v4"]  # the last 2
+    assert values("-o-1") == ["v4"]
+    assert values("-o", "end") == []
+    tail_c = bolide("tail", "-C", "-t", name, *where, "-o", "beginning", "-c", "1")
+    assert tail_c.returncode == 0 and tail_c.stdout.endswith("v0\n"), tail_c.stderr
+    for bad in (["-o", "stored"], ["-o", "1", "--from-beginning"], ["-o", "--2"]):
+        done = bolide("tail", "-t", name, *where, *bad)
+        assert done.returncode == 2 and "usage: bolide tail" in done.stderr, (bad, done.stderr)
+
+
+def test_a_mistyped_flag_names_the_nearest_one_with_the_command_usage() -> None:
+    done = bolide("tail", "-t", "s", "-b", "127.0.0.1:1", "--form-beginning")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: bolide tail "), done.stderr
+    assert "unrecognized arguments: --form-beginning (did you mean --from-beginning?)" in (
+        done.stderr
+    )
+    nested = bolide("dlq", "list", "-t", "s", "--reasn", "failed")
+    assert nested.returncode == 2 and nested.stderr.startswith("usage: bolide dlq list ")
+    assert "(did you mean --reason?)" in nested.stderr
+
+
+def test_without_a_broker_the_error_says_how_to_start_one() -> None:
+    done = bolide("publish", "-t", "s", "-b", "127.0.0.1:1", "x")
+    assert done.returncode == 1
+    assert "cannot reach the cluster at 127.0.0.1:1" in done.stderr
+    assert "`bolide broker` runs one" in done.stderr
+
+
+def test_spark_without_the_extra_names_it(tmp_path: Path) -> None:
+    # A pyspark that cannot be imported stands for an installation without the extra.
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n"
+    )
+    for args in (["spark"], ["spark", "archive", "--stream", "s"]):
+        done = bolide(*args, env={"PYTHONPATH": str(tmp_path)})
+        assert done.returncode == 1, done.stderr
+        assert "pip install 'bolide[spark]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def _read_then_close(args: list[str], lines: int) -> tuple[int, str]:
+    """Run ``bolide ARGS`` into a pipe, read ``lines`` lines and close it (``| head -N``);
+    return the exit code and standard error."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BOLIDE_")}
+    with subprocess.Popen(
+        [*_COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        for _ in range(lines):
+            assert proc.stdout.readline()
+        proc.stdout.close()
+        errors = proc.stderr.read().decode()
+        return proc.wait(timeout=120), errors
+
+
+@pytest.mark.kafka
+def test_a_closed_pipe_ends_commands_quietly(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], where: list[str]
+) -> None:
+    stream = stream_factory()
+    # Far more than a pipe holds: tail is still writing when its reader goes away.
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(3_000):
+            pub.publish_async(Record(b"%d %s" % (i, b"x" * 200)))
+        pub.flush(60)
+    tail = _read_then_close(["tail", "-t", stream.name, *where, "-o", "beginning", "-e"], 2)
+    top = _read_then_close(["top", "-t", stream.name, *where, "--json", "--interval", "0.1"], 1)
+    for code, errors in (tail, top):
+        assert (code, errors) == (141, "")  # as coreutils: 128 + SIGPIPE, in silence

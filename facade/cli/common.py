@@ -4,6 +4,7 @@ bytes are printed by ``bolide.facade.ops.text``)."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import difflib
 import os
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ __all__ = [
     "cluster_from_args",
     "existing_partitions",
     "missing_stream",
+    "parse_time_ms",
     "require_streams",
 ]
 
@@ -104,7 +106,9 @@ def existing_partitions(args: argparse.Namespace, cluster: Cluster, name: str) -
         return partition_count(_admin(args, cluster), name)
     except Exception as exc:  # KafkaException: the broker did not answer
         raise BolideError(
-            f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}"
+            f"cannot reach the cluster at {cluster.bootstrap_servers}: {exc}. No broker "
+            "there? `bolide broker` runs one for development and prints the "
+            "`export BOLIDE_BOOTSTRAP=...` line to use it"
         ) from None
 
 
@@ -128,3 +132,25 @@ def add_db_argument(
 ) -> None:
     """``--db`` (and ``aliases``) with the ``BOLIDE_DB`` environment default."""
     parser.add_argument("--db", *aliases, dest="db", default=os.environ.get("BOLIDE_DB"), help=help)
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds from ``text``: digits (already milliseconds) or ISO 8601.
+
+    An ISO 8601 time without a UTC offset is taken as UTC.
+
+    Raises:
+        ValueError: ``text`` is neither.
+    """
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--from-time {text!r} is neither epoch milliseconds nor ISO 8601"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)

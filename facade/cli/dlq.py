@@ -15,8 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
-from bolide.facade.cli.stream import parse_time_ms
+from bolide.facade.cli.common import (
+    add_cluster_arguments,
+    add_db_argument,
+    cluster_from_args,
+    parse_time_ms,
+)
 from bolide.facade.errors import (
     DeadLetterFilterError,
     DeadLetterNotFoundError,
@@ -79,7 +83,11 @@ def register(subparsers: Any) -> None:
     purge.add_argument("--all", action="store_true", help="purge every dead letter of the stream")
     actions = ((listing, _list), (show, _show), (replay, _replay), (purge, _purge))
     for parser, func in actions:
-        add_db_argument(parser)
+        add_db_argument(
+            parser,
+            help="SQLAlchemy database URL of the history (default: $BOLIDE_DB); list and show "
+            "read Kafka alone without it, replay and purge need it",
+        )
         add_cluster_arguments(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func, parser=parser)
@@ -88,7 +96,12 @@ def register(subparsers: Any) -> None:
 def _workbench(args: argparse.Namespace) -> DeadLetters:
     cluster = cluster_from_args(args)
     if not args.db:
-        args.parser.error("--db URL is required (or set $BOLIDE_DB)")
+        if args.dlq_command in ("replay", "purge"):
+            args.parser.error(
+                f"{args.dlq_command} keeps its state in a database: --db URL is required "
+                "(or set $BOLIDE_DB)"
+            )
+        return DeadLetters(_kafka_only(), cluster)
     if "://" in args.db:  # else the store's own check names the problem
         url = sa.make_url(args.db)
         dialect_of(url).check_exists(url)  # a missing SQLite file is not created
@@ -97,6 +110,14 @@ def _workbench(args: argparse.Namespace) -> DeadLetters:
     except (ValueError, TypeError) as error:
         args.parser.error(str(error))
     return DeadLetters(store, cluster)
+
+
+def _kafka_only() -> SqlStore:
+    """For ``list`` and ``show`` without ``--db``: an empty history in memory, so the dead
+    letters are read from Kafka alone (none archived, none replayed or purged)."""
+    store = SqlStore("sqlite://")
+    store.upgrade()
+    return store
 
 
 def _time(args: argparse.Namespace, flag: str) -> int | None:

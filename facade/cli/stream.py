@@ -11,7 +11,6 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import sys
@@ -25,6 +24,7 @@ from bolide.facade.cli.common import (
     cluster_from_args,
     existing_partitions,
     missing_stream,
+    parse_time_ms,
 )
 from bolide.facade.errors import SerializationError
 from bolide.facade.ops.text import render_bytes
@@ -83,6 +83,7 @@ def _register_publish(subparsers: Any) -> None:
         "--partitions", type=int, default=None, help="partitions of a new topic (default 1)"
     )
     pub.add_argument("--json", action="store_true", help="print one JSON object per record")
+    _kcat_mode_flag(pub, "-P", "producer")
     pub.set_defaults(func=_publish, parser=pub)
 
 
@@ -95,25 +96,7 @@ def _register_tail(subparsers: Any) -> None:
         "--exit-at-end, or on Ctrl-C.",
     )
     _stream_args(tail)
-    start = tail.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true", help="from the first record")
-    start.add_argument(
-        "--from-offset", type=int, default=None, metavar="N", help="from offset N (each partition)"
-    )
-    start.add_argument(
-        "--from-time",
-        default=None,
-        metavar="WHEN",
-        help="from the first record at or after WHEN: ISO 8601 (UTC unless it has an "
-        "offset) or epoch milliseconds",
-    )
-    start.add_argument(
-        "--last",
-        type=int,
-        default=None,
-        metavar="N",
-        help="from the last N records of each partition",
-    )
+    _start_args(tail)
     tail.add_argument("-p", "--partition", type=int, default=None, help="only this partition")
     tail.add_argument(
         "-c", "--count", type=int, default=None, metavar="N", help="stop after N records"
@@ -141,7 +124,44 @@ def _register_tail(subparsers: Any) -> None:
         help="with --group: the member's lease (session timeout), default 10000",
     )
     tail.add_argument("--json", action="store_true", help="print one JSON object per record")
+    _kcat_mode_flag(tail, "-C", "consumer")
     tail.set_defaults(func=_tail, parser=tail)
+
+
+def _start_args(tail: argparse.ArgumentParser) -> None:
+    """Where ``tail`` starts: one of these, or the end."""
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="from the first record")
+    start.add_argument(
+        "--from-offset", type=int, default=None, metavar="N", help="from offset N (each partition)"
+    )
+    start.add_argument(
+        "--from-time",
+        default=None,
+        metavar="WHEN",
+        help="from the first record at or after WHEN: ISO 8601 (UTC unless it has an "
+        "offset) or epoch milliseconds",
+    )
+    start.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        metavar="N",
+        help="from the last N records of each partition",
+    )
+    start.add_argument(
+        "-o",
+        dest="kcat_offset",
+        default=None,
+        metavar="beginning|end|N|-N",
+        help="kcat's start: the first record, the end, offset N, or the last N records of "
+        "each partition",
+    )
+
+
+def _kcat_mode_flag(parser: argparse.ArgumentParser, flag: str, mode: str) -> None:
+    """kcat's mode flag, accepted where the command already is that mode."""
+    parser.add_argument(flag, action="store_true", help=f"kcat's {mode} mode: this command")
 
 
 def _stream_args(parser: argparse.ArgumentParser) -> None:
@@ -284,28 +304,6 @@ def _encode(serde: Any, text: str, stream: str) -> bytes:
 # -- tail ---------------------------------------------------------------------------------
 
 
-def parse_time_ms(text: str) -> int:
-    """Epoch milliseconds from ``text``: digits (already milliseconds) or ISO 8601.
-
-    An ISO 8601 time without a UTC offset is taken as UTC.
-
-    Raises:
-        ValueError: ``text`` is neither.
-    """
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    try:
-        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"--from-time {text!r} is neither epoch milliseconds nor ISO 8601"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return int(when.timestamp() * 1000)
-
-
 def _tail(args: argparse.Namespace) -> int:
     from bolide.facade.config import InitialOffsetScheme, SubscriberConfig
     from bolide.facade.subscriber import Subscriber
@@ -342,6 +340,8 @@ def _tail(args: argparse.Namespace) -> int:
 def _check_tail_args(args: argparse.Namespace) -> int | None:
     """Refuse contradictory or negative ``tail`` options (exit 2); the ``--from-time`` in
     epoch milliseconds, if given."""
+    if args.kcat_offset is not None:
+        _kcat_offset(args)
     chosen = (
         args.from_beginning,
         args.from_offset is not None,
@@ -366,6 +366,20 @@ def _check_tail_args(args: argparse.Namespace) -> int | None:
     except ValueError as exc:
         args.parser.error(str(exc))
     return None  # not reached: error() exits
+
+
+def _kcat_offset(args: argparse.Namespace) -> None:
+    """Turn kcat's ``-o beginning|end|N|-N`` into the start flag it means (exit 2 if none)."""
+    text = args.kcat_offset.strip()
+    if text == "beginning":
+        args.from_beginning = True
+    elif text.lstrip("-").isdigit() and text.count("-") <= 1:
+        if text.startswith("-"):
+            args.last = int(text[1:])
+        else:
+            args.from_offset = int(text)
+    elif text != "end":  # the end is where tail starts anyway
+        args.parser.error(f"-o {text!r}: expected beginning, end, an offset N or -N (the last N)")
 
 
 def _tail_bounds(

@@ -26,7 +26,7 @@ __all__ = ["register", "render"]
 _BAR_WIDTH = 24
 _NARROW_BAR_WIDTH = 5  # below 110 columns
 _BAR_FLOOR = 100  # records: the smallest scale a bar is drawn on
-_MIN_NAME = 5  # characters of a name column, however narrow the screen
+_MIN_NAME = 8  # characters of a name column (folded), however narrow the screen
 
 
 def register(subparsers: Any) -> None:
@@ -114,31 +114,57 @@ def _bar(value: int, top: int, width: int) -> Text:
 
 
 def _table(title: str, columns: list[tuple[str, str]], rows: list[list[Any]], width: int) -> Table:
-    """A table ``width`` columns wide at most, whose ``number`` and ``bar`` columns are never
-    narrowed (never cut), while its ``text`` columns (names) share what is left, cut with an
-    ellipsis on a narrow screen."""
+    """A table ``width`` columns wide at most. ``number`` and ``bar`` columns are never
+    narrowed (never cut); ``text`` columns (group and stream names) are shown whole, folded
+    over several lines on a narrow screen; ``minor`` columns (the owner) take what is left,
+    cut with an ellipsis, and are left out when too little is."""
     table = Table(title=title, title_justify="left")
     widest = [
         max([len(name), *(len(row[i]) for row in rows)]) for i, (name, _) in enumerate(columns)
     ]
-    texts = [i for i, (_, kind) in enumerate(columns) if kind == "text"]
-    fixed = sum(w for i, w in enumerate(widest) if i not in texts) + 3 * len(columns) + 1
-    share = max(_MIN_NAME, (width - fixed) // max(1, len(texts)))
-    for index, (name, kind) in enumerate(columns):
+    kinds = [kind for _, kind in columns]
+    fixed = sum(w for w, kind in zip(widest, kinds, strict=True) if kind in ("number", "bar"))
+    names = [i for i, kind in enumerate(kinds) if kind == "text"]
+    room = width - fixed - 3 * len(columns) - 1
+    left = room - sum(widest[i] for i in names)
+    shown = [i for i, kind in enumerate(kinds) if kind != "minor" or left >= _MIN_NAME]
+    if len(shown) < len(columns):  # the minor columns are left out: their padding is room
+        room += 3 * (len(columns) - len(shown))
+    name_widths = _share([widest[i] for i in names], room)
+    for index in shown:
+        name, kind = columns[index]
         if kind == "text":
+            width_of = name_widths[names.index(index)]
+            table.add_column(name, overflow="fold", width=width_of)
+        elif kind == "minor":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=left)
+        else:
             table.add_column(
-                name, no_wrap=True, overflow="ellipsis", max_width=min(widest[index], share)
+                name,
+                justify="right" if kind == "number" else "left",
+                no_wrap=True,
+                min_width=widest[index],
             )
-            continue
-        table.add_column(
-            name,
-            justify="right" if kind == "number" else "left",
-            no_wrap=True,
-            min_width=widest[index],
-        )
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(row[i] for i in shown))
     return table
+
+
+def _share(wanted: list[int], room: int) -> list[int]:
+    """Widths for columns that want ``wanted`` within ``room``: each gets what it wants when
+    all fit; otherwise the narrow ones keep theirs and the wide ones split the rest evenly
+    (never below ``_MIN_NAME``)."""
+    widths = list(wanted)
+    open_ = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    while open_:
+        fair = max(_MIN_NAME, room // len(open_))
+        if wanted[open_[0]] > fair:
+            for i in open_:
+                widths[i] = fair
+            break
+        room -= wanted[open_[0]]
+        open_.pop(0)
+    return widths
 
 
 def _rate(value: float | None) -> str:
@@ -208,7 +234,7 @@ def _lags(report: LagReport, speed: Rates | None, width: int, top: int, bar: int
         )
     columns = [("GROUP", "text"), ("STREAM", "text"), ("P", "number")]
     columns += [("COMMITTED", "number"), ("LOG-END", "number"), ("LAG", "number")]
-    columns += [("", "bar"), ("CONSUMED/S", "number"), ("OWNER", "text")]
+    columns += [("", "bar"), ("CONSUMED/S", "number"), ("OWNER", "minor")]
     lags = _table("lag per group and partition", columns, rows, width)
     return lags if report.partitions else Text("groups: none")
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from bolide.facade.deadletter import REPLAYED_FROM_HEADER
-from tests.deadletters.conftest import Letters, read_all
+from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, read_all
 from tests.test_cli import bolide
 
 pytestmark = [pytest.mark.kafka]
@@ -86,7 +86,7 @@ def test_usage_and_runtime_errors(letters: Letters) -> None:
         run = bolide("dlq", *args, *where)
         assert (run.returncode, message in run.stderr) == (code, True), (args, run.stderr)
     bootstrap = ["--bootstrap", letters.cluster.bootstrap_servers]
-    no_db = bolide("dlq", "list", "-t", dead, *bootstrap)
+    no_db = bolide("dlq", "replay", "-t", dead, *bootstrap)
     assert no_db.returncode == 2 and "--db URL is required" in no_db.stderr
     no_file = bolide("dlq", "list", "-t", dead, "--db", "sqlite:///no/such/file.db", *bootstrap)
     assert no_file.returncode == 1 and "no database file" in no_file.stderr
@@ -95,3 +95,19 @@ def test_usage_and_runtime_errors(letters: Letters) -> None:
     # Nothing above changed anything.
     rows = json.loads(bolide("dlq", "list", "-t", dead, "--json", *where).stdout)
     assert len(rows) == 8 and not any(r["replayed_to"] for r in rows)
+
+
+def test_list_and_show_read_kafka_without_a_database(letters: Letters) -> None:
+    dead = letters.dead.name
+    bootstrap = ["--bootstrap", letters.cluster.bootstrap_servers]
+    if letters.cluster.fetch_gap_settle_ms:
+        bootstrap += ["-X", f"fetch_gap_settle_ms={letters.cluster.fetch_gap_settle_ms}"]
+    listed = bolide("dlq", "list", "-t", dead, "--json", *bootstrap)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    # What Kafka holds: the dead letters before ARCHIVE_ONLY are in the archive alone.
+    assert [r["id"] for r in rows] == [f"{dead}/0/{o}" for o in range(ARCHIVE_ONLY, 8)]
+    assert not any(r["archived"] or r["replayed_to"] for r in rows)  # no history to say so
+    shown = bolide("dlq", "show", rows[-1]["id"], "--json", *bootstrap)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == rows[-1]

@@ -104,6 +104,22 @@ def test_top_fits_80_columns_without_cutting_numbers(
     cells = [c.strip() for c in lag_row.split("│")[1:-1]]
     assert cells[2:6] == ["0", "4", "1,234", "1,230"], lag_row  # every digit shown
     assert set(cells[6]) == {"█"}, lag_row  # the largest lag past the floor fills its bar
+    # Names are never cut: too wide for the screen, they are folded over the row's lines.
+    assert folded(screen, lag_row, 0) == group, screen
+    assert folded(screen, lag_row, 1) == stream.name, screen
+    stream_row = next(
+        line for line in screen.splitlines() if line.startswith(f"│ {stream.name[:8]}")
+    )
+    assert folded(screen, stream_row, 0) == stream.name, screen
+
+
+def folded(screen: str, first: str, column: int) -> str:
+    """The text of cell ``column`` of the table row whose first line is ``first``, joined
+    over the lines the row is folded on."""
+    lines = screen.splitlines()
+    start = lines.index(first)
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("│"))
+    return "".join(line.split("│")[column + 1].strip() for line in lines[start:end])
 
 
 def test_top_json_updates_with_rates(
