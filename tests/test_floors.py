@@ -45,8 +45,9 @@ def test_every_core_dependency_has_a_floor() -> None:
 
 @pytest.mark.skipif(not ON_FLOORS, reason="only in the floor run (BOLIDE_FLOORS=1)")
 def test_the_floor_run_has_the_floors_installed() -> None:
-    installed = {name: version(name) for name in floors()}
-    wrong = {n: v for n, v in installed.items() if _release(v) != _release(floors()[n])}
+    wanted = floors()
+    installed = {name: version(name) for name in wanted}
+    wrong = {n: v for n, v in installed.items() if _release(v) != _release(wanted[n])}
     assert wrong == {}, f"installed above the floor: {wrong}"
 
 
