@@ -176,6 +176,8 @@ def test_without_pyspark_the_error_names_the_extra() -> None:
         text=True,
     )
     assert cli.returncode == 0, cli.stderr
-    commands = [line.split()[0] for line in cli.stdout.splitlines() if line.startswith("    ")]
+    commands = {
+        line.split()[0]: line for line in cli.stdout.splitlines() if line.startswith("    ")
+    }
     assert "broker" in commands
-    assert "spark" not in commands
+    assert "needs pip install 'bolide[spark]'" in commands["spark"]
