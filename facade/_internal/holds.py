@@ -6,9 +6,10 @@ durable client's replay (live records held back until the replay ends), a parall
 throttle (enough in flight) and its retry tiers (enough records parked), the application
 (``Subscriber.pause``) and the shared fetch (the partition is read from the process's shared
 ring, not by this consumer). A partition is paused while any reason holds it and resumed
-when the last one lets go, so no part resumes what another paused. Kafka forgets the pause
-of a partition it moves: so do ``drop`` and a new assignment (``reapply`` pauses again what
-is still held).
+when the last one lets go, so no part resumes what another paused. A rebalance forgets the
+pause of a partition it takes away (Kafka's rule): so does ``drop``. librdkafka, though, keeps
+the pause of a partition handed straight back to the same member, so after each assignment
+``reapply`` pauses what is still held and resumes the rest.
 """
 
 from __future__ import annotations
@@ -81,10 +82,14 @@ class Holds:
                 self._by[why] = self._by[why] - gone
 
     def reapply(self, partitions: Iterable[int]) -> None:
-        """Pause again those of ``partitions`` still held, after the consumer assigned them."""
-        held = self.held() & frozenset(partitions)
+        """After the consumer assigned ``partitions``: pause those still held, resume the
+        others (a pause librdkafka kept from before a revoke would stop them for good)."""
+        parts = frozenset(partitions)
+        held = self.held() & parts
         if held:
             self._call(self._consumer.pause, held)
+        if parts - held:
+            self._call(self._consumer.resume, parts - held)
 
     def _call(self, method: object, parts: frozenset[int]) -> None:
         assert callable(method)

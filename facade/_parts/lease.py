@@ -163,7 +163,8 @@ class Lease:
             finally:
                 self._confirms.revoking = False
         self._assigned -= set(parts)
-        self._positions.holds.drop(parts)  # Kafka forgets a moved partition's pause too
+        # A revoke forgets the holds (``reapply`` resumes what librdkafka kept paused).
+        self._positions.holds.drop(parts)
         for p in parts:
             self._positions.history.close(p)
         self._fetcher.drop(parts)

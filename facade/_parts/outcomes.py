@@ -69,6 +69,11 @@ class Runner:
         tiers = self._tiers
         if error is None and tiers is not None and tiers.divert(item.record, self._copied(item)):
             return  # its key is parked in a retry tier: it waits there, behind the key's head
+        if item.track.settled:
+            # Its partition was given up since it was taken (the shelf let go of its parked
+            # keys too): the next owner reads it again, behind whatever its key has parked.
+            self._board.finish(item)
+            return
         if error is None:
             started = time.perf_counter()
             try:

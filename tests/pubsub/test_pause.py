@@ -88,6 +88,29 @@ def test_a_grouped_subscriber_keeps_its_lease_while_paused(
         assert [r.data for r in _read(sub, 5)] == [b"x%d" % i for i in range(5)]
 
 
+def test_a_partition_paused_when_its_lease_goes_is_fetched_again_when_it_comes_back(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """A rebalance forgets the pause of a partition it takes away (Kafka's rule), also when
+    the same member gets it straight back: librdkafka keeps the pause on a partition handed
+    back, so a hold forgotten without a resume would stop it for good."""
+    stream = stream_factory()
+    config = SubscriberConfig(
+        stream=stream,
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        lease_timeout_ms=6_000,
+    )
+    _publish(cluster, stream, 0, [b"x%d" % i for i in range(5)])
+    with Subscriber(cluster, config) as sub:
+        eventually(sub.is_assigned, 60)
+        sub.pause()
+        sub.deactivate()
+        assert sub.paused == frozenset()
+        sub.reactivate()
+        assert [r.data for r in _read(sub, 5)] == [b"x%d" % i for i in range(5)]
+
+
 def test_pause_arguments_are_checked(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig]
 ) -> None:

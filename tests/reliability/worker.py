@@ -39,7 +39,8 @@ import random
 import threading
 import time
 from collections import Counter
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from bolide.facade import (
     Cluster,
@@ -77,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _connect(args: argparse.Namespace) -> Subscriber:
+def _connect(
+    args: argparse.Namespace, on_assign: Callable[[list[Any]], None] | None = None
+) -> Subscriber:
     stream = StreamConfig(
         name=args.topic, partitions=args.partitions, global_order=args.partitions == 1
     )
@@ -86,6 +89,7 @@ def _connect(args: argparse.Namespace) -> Subscriber:
         "lease_timeout_ms": LEASE_MS,
         "max_batch": args.max_batch,
         "error_handler": lambda summary, error: None,
+        "on_assign": on_assign,
     }
     if args.mode != "durable":
         return Subscriber(Cluster(args.bootstrap), SubscriberConfig(group=args.group, **common))
@@ -133,7 +137,14 @@ def run_parallel(args: argparse.Namespace, out: TextIO) -> None:
     if args.fail_every:  # retry tiers: the failing record moves on, its key is parked
         tiers = [RetryTier(delay_s=0.3), RetryTier(delay_s=0.4), RetryTier(delay_s=0.5)]
         options = {"retry": Retry(attempts=1, backoff_s=0, tiers=tiers), "dead_letter": dead}
-    with _connect(args) as sub:
+
+    def assigned(partitions: list[Any]) -> None:
+        # A rebalance inside this process (a lease lost on a busy machine) starts a new span:
+        # records above the confirmed position are read again, as after a takeover.
+        with lock:
+            out.write(f"A {' '.join(str(p) for p in partitions)}\n")
+
+    with _connect(args, assigned) as sub:
         sub.attach_receiver(handler, concurrency=args.concurrency, max_in_flight=200, **options)
         while not sub.is_assigned():
             time.sleep(0.05)
