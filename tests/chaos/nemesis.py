@@ -1,0 +1,148 @@
+"""The nemesis: from a seed, faults at random moments, overlapping.
+
+Kinds:
+
+``broker-kill``
+    SIGKILL a broker (a partition leader two times in three), restart it 1-10 s later;
+``broker-pause``
+    SIGSTOP a broker for 1-20 s (a long GC pause), then SIGCONT;
+``worker-kill``
+    SIGKILL a worker process (its supervisor starts a new one);
+``worker-pause``
+    SIGSTOP a worker for 1-20 s, often past its lease: it wakes a zombie, and fencing must hold.
+
+At most one broker is impaired at a time (two of three down stops every write at
+``min.insync.replicas=2``: that tests nothing but patience). Every fault is recorded in the
+history (``fault`` with ``phase`` ``start`` and ``end``).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+from collections.abc import Callable, Sequence
+
+from bolide.facade import EmbeddedBroker
+from bolide.facade.kafka import admin_client
+from tests.chaos.history import History
+from tests.chaos.supervisor import Supervisor
+
+__all__ = ["KINDS", "Nemesis"]
+
+KINDS = ("broker-kill", "broker-pause", "worker-kill", "worker-pause")
+
+
+class Nemesis(threading.Thread):
+    """Injects faults until ``stop``; ``heal`` then undoes every fault still in effect."""
+
+    def __init__(
+        self,
+        broker: EmbeddedBroker,
+        workers: Sequence[Supervisor],
+        topics: Sequence[str],
+        history: History,
+        seed: int,
+        kinds: Sequence[str] = KINDS,
+    ) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.broker = broker
+        self.workers = list(workers)
+        self.topics = list(topics)
+        self.history = history
+        self.rng = random.Random(seed)
+        self.kinds = list(kinds)
+        self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self._halt = threading.Event()
+        self._broker_busy = threading.Lock()
+        self._pending: list[threading.Thread] = []
+
+    def run(self) -> None:
+        while not self._halt.wait(self.rng.uniform(1.0, 6.0)):
+            kind = self.rng.choice(self.kinds)
+            if kind.startswith("broker") and not self._broker_busy.acquire(blocking=False):
+                continue
+            try:
+                self._inject(kind)
+            except Exception as exc:  # a fault that could not be injected is recorded, not fatal
+                self.history.add("fault-error", kind=kind, error=f"{type(exc).__name__}: {exc}")
+                if kind.startswith("broker"):
+                    self._broker_busy.release()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def heal(self) -> None:
+        """Wait for the end of every fault in effect (each ends within 20 s)."""
+        self.stop()
+        if self.ident is not None:
+            self.join()
+        for thread in self._pending:
+            thread.join()
+
+    def _later(self, delay_s: float, action: Callable[[], None]) -> None:
+        def run() -> None:
+            self._halt.wait(delay_s)  # cut short by stop: healing does not wait out a pause
+            action()
+
+        thread = threading.Thread(target=run, name="nemesis-end", daemon=True)
+        self._pending.append(thread)
+        thread.start()
+
+    def _inject(self, kind: str) -> None:
+        self.counts[kind] += 1
+        if kind == "worker-kill" or kind == "worker-pause":
+            worker = self.rng.choice(self.workers)
+            if kind == "worker-kill":
+                self.history.add("fault", kind=kind, target=worker.proc, phase="start")
+                worker.signal(signal.SIGKILL)
+                return
+            duration = self.rng.uniform(1.0, 20.0)
+            proc = worker.proc
+            self.history.add("fault", kind=kind, target=proc, phase="start", seconds=duration)
+            worker.signal(signal.SIGSTOP)
+            self._later(duration, lambda: self._resume_worker(worker, kind, proc))
+            return
+        node = self._target_node()
+        if kind == "broker-kill":
+            self.history.add("fault", kind=kind, target=node, phase="start")
+            self.broker.kill_node(node)
+            self._later(self.rng.uniform(1.0, 10.0), lambda: self._restart(node, kind))
+            return
+        duration = self.rng.uniform(1.0, 20.0)
+        self.history.add("fault", kind=kind, target=node, phase="start", seconds=duration)
+        self.broker.pause_node(node)
+        self._later(duration, lambda: self._resume(node, kind))
+
+    def _resume_worker(self, worker: Supervisor, kind: str, proc: str) -> None:
+        worker.signal(signal.SIGCONT)
+        self.history.add("fault", kind=kind, target=proc, phase="end")
+
+    def _restart(self, node: int, kind: str) -> None:
+        try:
+            self.broker.start_node(node)
+            self.history.add("fault", kind=kind, target=node, phase="end")
+        finally:
+            self._broker_busy.release()
+
+    def _resume(self, node: int, kind: str) -> None:
+        try:
+            self.broker.resume_node(node)
+            self.history.add("fault", kind=kind, target=node, phase="end")
+        finally:
+            self._broker_busy.release()
+
+    def _target_node(self) -> int:
+        """A partition leader two times in three, else any node."""
+        if self.rng.random() < 2 / 3:
+            topic = self.rng.choice(self.topics)
+            try:
+                meta = admin_client(self.broker.cluster()).list_topics(topic, timeout=5)
+                leaders = sorted(
+                    {p.leader for p in meta.topics[topic].partitions.values() if p.leader > 0}
+                )
+            except Exception:
+                leaders = []
+            if leaders:
+                return self.rng.choice(leaders)
+        return self.rng.choice(self.broker.node_ids)

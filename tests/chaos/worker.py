@@ -1,0 +1,155 @@
+"""A workload's worker process: reads its stream in a group and records what it does in the
+history, until the stop file appears (or its parent dies).
+
+Modes:
+
+``alo``
+    at-least-once: a grouped subscriber that records each record it processed (``read``),
+    then confirms the batch (``confirm``, with the positions after it).
+``eos``
+    exactly-once read-process-publish: each batch is published to the output stream and its
+    input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
+    ``commit`` or ``abort``). Output records carry their input's place (``in``) and their
+    transaction (``txn``). The transactional id is the slot's, so a restarted worker fences
+    its predecessor, and a paused one that wakes after its lease is fenced by the group.
+
+Usage: ``python -m tests.chaos.worker MODE BOOTSTRAP TOPIC OUTPUT PARTITIONS GROUP SLOT
+HISTORY PROC STOP``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    RecordBatch,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade.errors import BolideError
+from tests.chaos.history import History
+
+#: The subscribers' lease: a worker paused longer than this wakes up a zombie.
+LEASE_MS = 4_000
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tests.chaos.worker")
+    parser.add_argument("mode", choices=("alo", "eos"))
+    for name in ("bootstrap", "topic", "output"):
+        parser.add_argument(name)
+    parser.add_argument("partitions", type=int)
+    for name in ("group", "slot", "history", "proc", "stop"):
+        parser.add_argument(name)
+    return parser
+
+
+def stream(name: str, partitions: int) -> StreamConfig:
+    """The workloads' streams: replicated three times, two replicas in sync for a write."""
+    return StreamConfig(
+        name=name,
+        partitions=partitions,
+        global_order=False,
+        replication_factor=3,
+        min_insync_replicas=2,
+    )
+
+
+def _subscriber(args: argparse.Namespace) -> Subscriber:
+    config = SubscriberConfig(
+        stream=stream(args.topic, args.partitions),
+        group=args.group,
+        lease_timeout_ms=LEASE_MS,
+        max_batch=50,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        error_handler=lambda summary, error: None,
+    )
+    return Subscriber(Cluster(args.bootstrap), config)
+
+
+def _read(history: History, batch: RecordBatch, **fields: str) -> dict[int, int]:
+    after: dict[int, int] = {}
+    for r in batch:
+        value = (r.data or b"").decode()
+        history.add("read", p=r.partition, o=r.offset, value=value, **fields)
+        after[r.partition or 0] = (r.offset or 0) + 1
+    return after
+
+
+def run_alo(args: argparse.Namespace, history: History) -> None:
+    with _subscriber(args) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            after = _read(history, batch)
+            try:
+                sub.confirm()
+            except BolideError as exc:
+                history.add("confirm-failed", error=type(exc).__name__)
+                continue
+            history.add("confirm", positions=after)
+
+
+def run_eos(args: argparse.Namespace, history: History) -> None:
+    cluster = Cluster(args.bootstrap)
+    output = PublisherConfig(
+        stream=stream(args.output, args.partitions), transactional_id=f"{args.group}-{args.slot}"
+    )
+    count = 0
+    with Publisher(cluster, output) as pub, _subscriber(args) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            count += 1
+            txn = f"{args.proc}:{count}"
+            history.add("txn", status="begin", txn=txn)
+            after = _read(history, batch, txn=txn)
+            try:
+                with pub.transaction():
+                    for r in batch:
+                        place = f"{r.partition}:{r.offset}".encode()
+                        headers = [("in", place), ("txn", txn.encode())]
+                        pub.publish_async(Record(r.data, key=r.key, headers=headers))
+                    pub.confirm(sub)
+            except BolideError as exc:
+                history.add("txn", status="abort", txn=txn, error=type(exc).__name__)
+                raise
+            history.add("txn", status="commit", txn=txn, positions=after)
+
+
+def _orphan_watch() -> None:
+    """Exit when the campaign that started this process is gone: nothing outlives a run."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(3)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    threading.Thread(target=_orphan_watch, name="orphan-watch", daemon=True).start()
+    history = History(Path(args.history), args.proc)
+    history.add("start", mode=args.mode, pid=os.getpid())
+    try:
+        (run_alo if args.mode == "alo" else run_eos)(args, history)
+    except BaseException as exc:
+        history.add("exit", error=f"{type(exc).__name__}: {exc}"[:300])
+        raise
+    history.add("exit", error=None)
+    history.close()
+
+
+if __name__ == "__main__":
+    main()

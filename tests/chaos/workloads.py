@@ -1,0 +1,219 @@
+"""The workloads, one per promise: what each publishes, runs, and how its history is checked.
+
+``alo``
+    at-least-once group subscribers with confirms. Promise: no acknowledged record lost, none
+    stuck, key order kept (records of a partition first processed in offset order), no
+    position confirmed past unfinished work. Duplicates are allowed and counted: they are
+    bounded by what was read and not yet confirmed when a worker died or lost its lease.
+``eos``
+    exactly-once read-process-publish in Kafka transactions. Promise, read with
+    ``read_committed``: every acknowledged input in the output exactly once, in key order, and
+    nothing from an aborted transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from bolide.facade import Cluster, Publisher, PublisherConfig, Record
+from bolide.facade.kafka import committed_offsets, probe_consumer
+from tests.chaos.history import Event, History
+from tests.chaos.worker import stream
+
+__all__ = ["WORKLOADS", "Producer", "Workload", "scan"]
+
+Scan = dict[tuple[int, int], tuple[str, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    partitions: int = 3
+    workers: int = 2
+    #: Per anomaly, whether the workload's promise allows it (counted, not failed).
+    allowed: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def topic(self) -> str:
+        return f"chaos-{self.name}-in"
+
+    @property
+    def output(self) -> str:
+        return f"chaos-{self.name}-out"
+
+    @property
+    def group(self) -> str:
+        return f"chaos-{self.name}"
+
+    def worker_args(self, bootstrap: str, slot: int) -> list[str]:
+        return [self.name, bootstrap, self.topic, self.output, str(self.partitions),
+                self.group, str(slot)]  # fmt: skip
+
+    def done(self, events: list[Event]) -> set[str]:
+        """The values whose processing is finished for good, from the history so far."""
+        mine = [e for e in events if e["proc"].startswith(f"{self.name}-")]
+        if self.name == "alo":
+            return {e["value"] for e in mine if e["type"] == "read"}
+        committed = {e["txn"] for e in mine if e["type"] == "txn" and e["status"] == "commit"}
+        return {e["value"] for e in mine if e["type"] == "read" and e.get("txn") in committed}
+
+
+WORKLOADS = {
+    "alo": Workload("alo", allowed=frozenset({"duplicates"})),
+    "eos": Workload("eos"),
+}
+
+
+class Producer(threading.Thread):
+    """Publishes ``<workload>-<n>`` (keys ``k0``..``k7``) with ``acks=all`` and records each
+    attempt: ``publish`` with ``status`` ``invoke``, then ``ok`` (and its place) or ``fail``."""
+
+    def __init__(self, cluster: Cluster, workload: Workload, history: History, rate: float):
+        super().__init__(name=f"producer-{workload.name}", daemon=True)
+        self.cluster = cluster
+        self.workload = workload
+        self.history = history
+        self.interval = 1 / rate
+        self.halt = threading.Event()
+
+    def _settled(self, value: str, offset: int | None, error: Any, partition: int) -> None:
+        if error is None:
+            self.history.add("publish", status="ok", value=value, p=partition, o=offset)
+        else:
+            self.history.add("publish", status="fail", value=value, error=str(error)[:200])
+
+    def run(self) -> None:
+        config = PublisherConfig(stream=stream(self.workload.topic, self.workload.partitions))
+        with Publisher(self.cluster, config) as pub:
+            n = 0
+            while not self.halt.wait(self.interval):
+                value = f"{self.workload.name}-{n}"
+                record = Record(value.encode(), key=b"k%d" % (n % 8))
+                self.history.add("publish", status="invoke", value=value)
+                future = pub.publish_async(record)
+                future.add_done_callback(
+                    lambda f, v=value, r=record: self._settled(
+                        v, None if f.exception() else f.result(), f.exception(), r.partition or 0
+                    )
+                )
+                n += 1
+            pub.flush(120)
+
+
+def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
+    """Every committed record of ``topic``: ``{(partition, offset): (value, headers)}``."""
+    consumer = probe_consumer(cluster, **{"isolation.level": "read_committed"})
+    found: Scan = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        ended: set[int] = set()
+        while len(ended) < partitions:
+            msg = consumer.poll(5.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    ended.add(msg.partition())
+                continue
+            headers = {k: (v or b"").decode() for k, v in msg.headers() or []}
+            found[(msg.partition(), msg.offset())] = ((msg.value() or b"").decode(), headers)
+    finally:
+        consumer.close()
+    return found
+
+
+def _committed(cluster: Cluster, workload: Workload) -> dict[int, int]:
+    """The group's committed positions, as a ``read_uncommitted`` reader sees them (answered
+    at once, not after open transactions end)."""
+    consumer = probe_consumer(
+        cluster, **{"group.id": workload.group, "isolation.level": "read_uncommitted"}
+    )
+    try:
+        asked = [TopicPartition(workload.topic, p) for p in range(workload.partitions)]
+        return {tp.partition: tp.offset for tp in committed_offsets(consumer, asked, 60)}
+    finally:
+        consumer.close()
+
+
+def acknowledged(events: Iterable[Event], workload: Workload) -> dict[str, tuple[int, int]]:
+    prefix = f"{workload.name}-"
+    return {
+        e["value"]: (e["p"], e["o"])
+        for e in events
+        if e["type"] == "publish" and e["status"] == "ok" and e["value"].startswith(prefix)
+    }
+
+
+def _first_read_inversions(reads: list[Event]) -> int:
+    """Records of a partition whose first processing came after a later offset's."""
+    seen: set[tuple[int, int]] = set()
+    highest: dict[int, int] = {}
+    inversions = 0
+    for e in reads:
+        place = (e["p"], e["o"])
+        if place in seen:
+            continue
+        seen.add(place)
+        if e["o"] < highest.get(e["p"], -1):
+            inversions += 1
+        highest[e["p"]] = max(highest.get(e["p"], -1), e["o"])
+    return inversions
+
+
+def check_alo(
+    workload: Workload, events: list[Event], topic: Scan, positions: dict[int, int]
+) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    reads = [e for e in events if e["type"] == "read" and e["proc"].startswith("alo-")]
+    times = Counter(e["value"] for e in reads)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    unread = [v for v in written if v not in times]
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "duplicates": sum(n - 1 for n in times.values()),
+        "out-of-order": _first_read_inversions(reads),
+        "confirmed-past-unfinished": sum(
+            1 for v in unread if positions.get(acked[v][0], 0) > acked[v][1]
+        ),
+        "stuck": sum(1 for v in unread if positions.get(acked[v][0], 0) <= acked[v][1]),
+    }
+
+
+def check_eos(workload: Workload, events: list[Event], output: Scan, topic: Scan) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    aborted = {e["txn"] for e in events if e["type"] == "txn" and e["status"] == "abort"}
+    inputs = Counter(headers.get("in", "") for _, headers in output.values())
+    # One key keeps one input and one output partition, and one processor at a time: per
+    # (output, input) partition pair, the inputs' offsets rise.
+    runs: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for (out_partition, _), (_, headers) in sorted(output.items()):
+        in_partition, offset = headers.get("in", "0:0").split(":")
+        runs[(out_partition, in_partition)].append(int(offset))
+    inversions = sum(sum(1 for a, b in pairwise(offsets) if b < a) for offsets in runs.values())
+    written = {v: place for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for p, o in written.values() if inputs[f"{p}:{o}"] == 0),
+        "duplicates": sum(n - 1 for n in inputs.values() if n > 1),
+        "out-of-order": inversions,
+        "aborted-read": sum(1 for _, headers in output.values() if headers.get("txn") in aborted),
+    }
+
+
+def check(cluster: Cluster, workload: Workload, events: list[Event]) -> dict[str, int]:
+    """Read the workload's streams (and its group's positions) and count its anomalies."""
+    topic = scan(cluster, workload.topic, workload.partitions)
+    if workload.name == "eos":
+        output = scan(cluster, workload.output, workload.partitions)
+        return check_eos(workload, events, output, topic)
+    positions = _committed(cluster, workload)
+    return check_alo(workload, events, topic, positions)
