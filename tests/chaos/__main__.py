@@ -34,24 +34,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def table(outcome: Outcome) -> str:
-    """The run as Markdown: faults per kind, then each workload's counts."""
+    """The run as Markdown: faults injected per kind, then one row of counts per workload."""
+    faults = ", ".join(f"{kind} {count}" for kind, count in outcome.faults.items())
+    columns = list(dict.fromkeys(key for counts in outcome.results.values() for key in counts))
     lines = [
-        f"seed {outcome.seed}, {outcome.minutes:g} min of faults, "
+        f"seed {outcome.seed}, {outcome.minutes:g} min of faults ({faults}), "
         f"{outcome.operations} operations recorded"
-        + (" (interrupted)" if outcome.interrupted else ""),
+        + (" (interrupted: no drain)" if outcome.interrupted else ""),
         "",
-        "| fault | injected |",
-        "|---|---|",
-        *(f"| {kind} | {count} |" for kind, count in outcome.faults.items()),
-        "",
+        "| workload | " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * len(columns),
     ]
     for name, counts in outcome.results.items():
-        lines += [
-            f"| {name} | " + " | ".join(counts) + " |",
-            "|---|" + "---|" * len(counts),
-            "| | " + " | ".join(str(n) for n in counts.values()) + " |",
-            "",
-        ]
+        cells = [str(counts[c]) if c in counts else "-" for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from bolide.facade import EmbeddedBroker
 from bolide.facade.kafka import ensure_topic
+from bolide.stores import SqlStore
 from tests.chaos.history import History, read_history
 from tests.chaos.nemesis import KINDS, Nemesis
+from tests.chaos.postgres import PrivatePostgres
 from tests.chaos.supervisor import Supervisor
-from tests.chaos.worker import stream
+from tests.chaos.worker import ledger, stream
 from tests.chaos.workloads import WORKLOADS, Producer, Workload, acknowledged, check
 
 __all__ = ["REPLICATED", "Outcome", "run"]
@@ -49,8 +51,8 @@ class Outcome:
 _COUNTS = ("acknowledged", "worker-exits")
 
 
-class _Interrupted(Exception):
-    pass
+class _Interrupted(BaseException):
+    """SIGTERM, raised as KeyboardInterrupt is: past the ``except Exception`` of a wait."""
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -80,6 +82,64 @@ def _run_phase(deadline: float, supervisors: list[Supervisor], nemesis: Nemesis 
         time.sleep(0.5)
 
 
+@dataclass
+class _Parts:
+    """What a run started, so that all of it ends with the run."""
+
+    broker: EmbeddedBroker
+    postgres: PrivatePostgres | None = None
+    supervisors: list[Supervisor] = field(default_factory=list)
+    producers: list[Producer] = field(default_factory=list)
+    nemesis: Nemesis | None = None
+
+    def end(self) -> None:
+        if self.nemesis is not None:
+            self.nemesis.stop()
+        for producer in self.producers:
+            producer.halt.set()
+        for sup in self.supervisors:
+            sup.finish(5)
+        self.broker.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+
+
+def _database(parts: _Parts, folder: Path, workloads: list[Workload]) -> str:
+    """The URL of the campaign's own PostgreSQL, its tables made; ``-`` when none is needed."""
+    if not any(w.database for w in workloads):
+        return "-"
+    parts.postgres = PrivatePostgres(folder / "postgres.log")
+    parts.postgres.start()
+    with SqlStore(parts.postgres.url) as store:
+        store.upgrade()
+        for w in workloads:
+            if w.database:
+                ledger(w.output).create(store.engine)
+    return parts.postgres.url
+
+
+def _start(parts: _Parts, folder: Path, workloads: list[Workload], rate: float) -> str:
+    parts.broker.start()
+    db = _database(parts, folder, workloads)
+    cluster = parts.broker.cluster()
+    for w in workloads:
+        ensure_topic(cluster, stream(w.topic, w.partitions))
+        if not w.database:
+            ensure_topic(cluster, stream(w.output, w.partitions))
+    runner = History(folder / "supervisors.jsonl", "runner")
+    for w in workloads:
+        history = History(folder / f"producer-{w.name}.jsonl", "producer")
+        parts.producers.append(Producer(cluster, w, history, rate))
+        for slot in range(1, w.workers + 1):
+            args = w.worker_args(parts.broker.bootstrap_servers, slot, db)
+            parts.supervisors.append(Supervisor(folder, w.name, slot, args, runner))
+    for sup in parts.supervisors:
+        sup.start()
+    for producer in parts.producers:
+        producer.start()
+    return db
+
+
 def run(
     folder: Path,
     *,
@@ -95,75 +155,76 @@ def run(
     chosen = [WORKLOADS[name] for name in workloads]
     runner = History(folder / "runner.jsonl", "runner")
     runner.add("campaign", seed=seed, minutes=minutes, workloads=workloads, kinds=list(kinds))
-    interrupted = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    supervisors: list[Supervisor] = []
-    nemesis: Nemesis | None = None
-    broker = EmbeddedBroker(
+    parts = _Parts(EmbeddedBroker(
         engine="kafka", brokers=3, broker_settings=REPLICATED, heap="512m",
         log_path=folder / "broker.log", startup_timeout_s=180,
-    )  # fmt: skip
+    ))  # fmt: skip
     try:
-        broker.start()
-        cluster = broker.cluster()
-        for w in chosen:
-            ensure_topic(cluster, stream(w.topic, w.partitions))
-            ensure_topic(cluster, stream(w.output, w.partitions))
-        producers = [Producer(cluster, w, History(folder / f"producer-{w.name}.jsonl",
-                     "producer"), rate) for w in chosen]  # fmt: skip
-        for w in chosen:
-            for slot in range(1, w.workers + 1):
-                args = w.worker_args(broker.bootstrap_servers, slot)
-                supervisors.append(Supervisor(folder, w.name, slot, args, runner))
-        for sup in supervisors:
-            sup.start()
-        for producer in producers:
-            producer.start()
-        nemesis = Nemesis(
-            broker, supervisors, [w.topic for w in chosen],
-            History(folder / "nemesis.jsonl", "nemesis"), seed, kinds,
+        db = _start(parts, folder, chosen, rate)
+        if parts.postgres is None:
+            kinds = tuple(kind for kind in kinds if kind != "pg-restart")
+        parts.nemesis = Nemesis(
+            parts.broker, parts.supervisors, [w.topic for w in chosen],
+            History(folder / "nemesis.jsonl", "nemesis"), seed, kinds, parts.postgres,
         )  # fmt: skip
-        try:
-            _run_phase(time.monotonic() + minutes * 60, supervisors, nemesis)
-        except (KeyboardInterrupt, _Interrupted):
-            interrupted = True
-        runner.add("heal")
-        nemesis.heal()
-        for producer in producers:
-            producer.halt.set()
-        for producer in producers:
-            producer.join(180)
-        if not interrupted:
-            runner.add("drain")
-            try:
-                _drain(folder, chosen, supervisors, drain_s)
-            except (KeyboardInterrupt, _Interrupted):
-                interrupted = True
-        for sup in supervisors:
+        interrupted = _faults_then_drain(parts, folder, chosen, minutes, drain_s, runner)
+        for sup in parts.supervisors:
             sup.finish(30)
-        return _check(folder, broker, chosen, nemesis, seed, minutes, interrupted)
+        return _check(folder, parts, chosen, seed, minutes, interrupted, db)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if nemesis is not None:
-            nemesis.stop()
-        for sup in supervisors:
-            sup.finish(5)
-        broker.stop()
+        parts.end()
         runner.close()
+
+
+def _faults_then_drain(
+    parts: _Parts,
+    folder: Path,
+    workloads: list[Workload],
+    minutes: float,
+    drain_s: float,
+    runner: History,
+) -> bool:
+    """The nemesis for ``minutes``, healing, then the drain; True when interrupted."""
+    assert parts.nemesis is not None
+    try:
+        _run_phase(time.monotonic() + minutes * 60, parts.supervisors, parts.nemesis)
+    except (KeyboardInterrupt, _Interrupted):
+        return _heal(parts, runner, interrupted=True)
+    _heal(parts, runner, interrupted=False)
+    runner.add("drain")
+    try:
+        _drain(folder, workloads, parts.supervisors, drain_s)
+    except (KeyboardInterrupt, _Interrupted):
+        return True
+    return False
+
+
+def _heal(parts: _Parts, runner: History, *, interrupted: bool) -> bool:
+    runner.add("heal")
+    assert parts.nemesis is not None
+    parts.nemesis.heal()
+    for producer in parts.producers:
+        producer.halt.set()
+    for producer in parts.producers:
+        producer.join(180)
+    return interrupted
 
 
 def _check(
     folder: Path,
-    broker: EmbeddedBroker,
+    parts: _Parts,
     workloads: list[Workload],
-    nemesis: Nemesis,
     seed: int,
     minutes: float,
     interrupted: bool,
+    db: str,
 ) -> Outcome:
     events = read_history(folder.glob("*.jsonl"))
-    cluster = broker.cluster()
-    results = {w.name: check(cluster, w, events) for w in workloads}
+    cluster = parts.broker.cluster()
+    url = None if db == "-" else db
+    results = {w.name: check(cluster, w, events, url) for w in workloads}
     for w in workloads:
         exits = [e for e in events if e["type"] == "worker-exit" and e["target"].startswith(w.name)]
         results[w.name]["worker-exits"] = len(exits)
@@ -179,7 +240,7 @@ def _check(
     outcome = Outcome(
         seed=seed,
         minutes=minutes,
-        faults=dict(nemesis.counts),
+        faults=dict(parts.nemesis.counts) if parts.nemesis is not None else {},
         operations=len(events),
         interrupted=interrupted,
         results=results,

@@ -9,7 +9,10 @@ Kinds:
 ``worker-kill``
     SIGKILL a worker process (its supervisor starts a new one);
 ``worker-pause``
-    SIGSTOP a worker for 1-20 s, often past its lease: it wakes a zombie, and fencing must hold.
+    SIGSTOP a worker for 1-20 s, often past its lease: it wakes a zombie, and fencing must hold;
+``pg-restart``
+    crash the campaign's own PostgreSQL (``pg_ctl restart -m immediate``) and start it again
+    (only with a workload that uses it).
 
 At most one broker is impaired at a time (two of three down stops every write at
 ``min.insync.replicas=2``: that tests nothing but patience). Every fault is recorded in the
@@ -26,11 +29,12 @@ from collections.abc import Callable, Sequence
 from bolide.facade import EmbeddedBroker
 from bolide.facade.kafka import admin_client
 from tests.chaos.history import History
+from tests.chaos.postgres import PrivatePostgres
 from tests.chaos.supervisor import Supervisor
 
 __all__ = ["KINDS", "Nemesis"]
 
-KINDS = ("broker-kill", "broker-pause", "worker-kill", "worker-pause")
+KINDS = ("broker-kill", "broker-pause", "worker-kill", "worker-pause", "pg-restart")
 
 
 class Nemesis(threading.Thread):
@@ -44,6 +48,7 @@ class Nemesis(threading.Thread):
         history: History,
         seed: int,
         kinds: Sequence[str] = KINDS,
+        postgres: PrivatePostgres | None = None,
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.broker = broker
@@ -52,6 +57,7 @@ class Nemesis(threading.Thread):
         self.history = history
         self.rng = random.Random(seed)
         self.kinds = list(kinds)
+        self.postgres = postgres
         self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._halt = threading.Event()
         self._broker_busy = threading.Lock()
@@ -91,6 +97,11 @@ class Nemesis(threading.Thread):
 
     def _inject(self, kind: str) -> None:
         self.counts[kind] += 1
+        if kind == "pg-restart" and self.postgres is not None:
+            self.history.add("fault", kind=kind, target="postgres", phase="start")
+            self.postgres.restart()
+            self.history.add("fault", kind=kind, target="postgres", phase="end")
+            return
         if kind == "worker-kill" or kind == "worker-pause":
             worker = self.rng.choice(self.workers)
             if kind == "worker-kill":

@@ -6,6 +6,10 @@ Modes:
 ``alo``
     at-least-once: a grouped subscriber that records each record it processed (``read``),
     then confirms the batch (``confirm``, with the positions after it).
+``sql``
+    effects and positions in one database transaction: each batch's rows are inserted into the
+    ledger table ``OUTPUT`` and its positions confirmed (``SqlPositions``) in the same
+    transaction of the database ``DB`` (``db-commit``, once it returned).
 ``eos``
     exactly-once read-process-publish: each batch is published to the output stream and its
     input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
@@ -13,8 +17,8 @@ Modes:
     transaction (``txn``). The transactional id is the slot's, so a restarted worker fences
     its predecessor, and a paused one that wakes after its lease is fenced by the group.
 
-Usage: ``python -m tests.chaos.worker MODE BOOTSTRAP TOPIC OUTPUT PARTITIONS GROUP SLOT
-HISTORY PROC STOP``.
+Usage: ``python -m tests.chaos.worker MODE BOOTSTRAP TOPIC OUTPUT PARTITIONS GROUP SLOT DB
+HISTORY PROC STOP`` (``DB``: a database URL, or ``-``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from bolide.facade import (
     Cluster,
@@ -37,6 +44,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.facade.errors import BolideError
+from bolide.stores import SqlPositions, SqlStore
 from tests.chaos.history import History
 
 #: The subscribers' lease: a worker paused longer than this wakes up a zombie.
@@ -45,13 +53,26 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=("alo", "eos"))
+    parser.add_argument("mode", choices=("alo", "eos", "sql"))
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
     parser.add_argument("partitions", type=int)
-    for name in ("group", "slot", "history", "proc", "stop"):
+    for name in ("group", "slot", "db", "history", "proc", "stop"):
         parser.add_argument(name)
     return parser
+
+
+def ledger(name: str) -> sa.Table:
+    """The ``sql`` workload's table: one row per record processed, numbered in commit order,
+    no unique key (a duplicate would show)."""
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("kafka_partition", sa.Integer),
+        sa.Column("kafka_offset", sa.BigInteger),
+        sa.Column("value", sa.Text),
+    )
 
 
 def stream(name: str, partitions: int) -> StreamConfig:
@@ -65,8 +86,9 @@ def stream(name: str, partitions: int) -> StreamConfig:
     )
 
 
-def _subscriber(args: argparse.Namespace) -> Subscriber:
+def _subscriber(args: argparse.Namespace, **extra: Any) -> Subscriber:
     config = SubscriberConfig(
+        **extra,
         stream=stream(args.topic, args.partitions),
         group=args.group,
         lease_timeout_ms=LEASE_MS,
@@ -129,6 +151,27 @@ def run_eos(args: argparse.Namespace, history: History) -> None:
             history.add("txn", status="commit", txn=txn, positions=after)
 
 
+def run_sql(args: argparse.Namespace, history: History) -> None:
+    """Each batch's rows and its positions (``SqlPositions``) in one database transaction."""
+    store = SqlStore(args.db)
+    table = ledger(args.output)
+    with _subscriber(args, positions=SqlPositions(store)) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            after = _read(history, batch)
+            rows = [
+                {"kafka_partition": r.partition, "kafka_offset": r.offset,
+                 "value": (r.data or b"").decode()}
+                for r in batch
+            ]  # fmt: skip
+            with store.engine.begin() as conn:
+                conn.execute(table.insert(), rows)
+                sub.confirm(conn=conn)
+            history.add("db-commit", values=[row["value"] for row in rows], positions=after)
+
+
 def _orphan_watch() -> None:
     """Exit when the campaign that started this process is gone: nothing outlives a run."""
     parent = os.getppid()
@@ -143,7 +186,7 @@ def main() -> None:
     history = History(Path(args.history), args.proc)
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
-        (run_alo if args.mode == "alo" else run_eos)(args, history)
+        {"alo": run_alo, "eos": run_eos, "sql": run_sql}[args.mode](args, history)
     except BaseException as exc:
         history.add("exit", error=f"{type(exc).__name__}: {exc}"[:300])
         raise

@@ -5,10 +5,18 @@
     stuck, key order kept (records of a partition first processed in offset order), no
     position confirmed past unfinished work. Duplicates are allowed and counted: they are
     bounded by what was read and not yet confirmed when a worker died or lost its lease.
+``sql``
+    ``SqlPositions``: each batch's rows and its positions in one PostgreSQL transaction.
+    Promise: every acknowledged record in the table exactly once, in offset order per
+    partition (the table's commit order), none stuck, through broker faults, worker kills and
+    pauses, and database crashes.
 ``eos``
     exactly-once read-process-publish in Kafka transactions. Promise, read with
     ``read_committed``: every acknowledged input in the output exactly once, in key order, and
-    nothing from an aborted transaction.
+    nothing from an aborted transaction, none stuck.
+
+"lost" counts acknowledged records missing from the stream itself; "stuck" those in the stream
+that were never finished after the faults healed and the workers drained.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+import sqlalchemy as sa
 from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record
 from bolide.facade.kafka import committed_offsets, probe_consumer
 from tests.chaos.history import Event, History
-from tests.chaos.worker import stream
+from tests.chaos.worker import ledger, stream
 
 __all__ = ["WORKLOADS", "Producer", "Workload", "scan"]
 
@@ -52,15 +61,22 @@ class Workload:
     def group(self) -> str:
         return f"chaos-{self.name}"
 
-    def worker_args(self, bootstrap: str, slot: int) -> list[str]:
+    @property
+    def database(self) -> bool:
+        """Whether the workload needs the campaign's PostgreSQL."""
+        return self.name == "sql"
+
+    def worker_args(self, bootstrap: str, slot: int, db: str) -> list[str]:
         return [self.name, bootstrap, self.topic, self.output, str(self.partitions),
-                self.group, str(slot)]  # fmt: skip
+                self.group, str(slot), db]  # fmt: skip
 
     def done(self, events: list[Event]) -> set[str]:
         """The values whose processing is finished for good, from the history so far."""
         mine = [e for e in events if e["proc"].startswith(f"{self.name}-")]
         if self.name == "alo":
             return {e["value"] for e in mine if e["type"] == "read"}
+        if self.name == "sql":
+            return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
         committed = {e["txn"] for e in mine if e["type"] == "txn" and e["status"] == "commit"}
         return {e["value"] for e in mine if e["type"] == "read" and e.get("txn") in committed}
 
@@ -68,6 +84,7 @@ class Workload:
 WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
     "eos": Workload("eos"),
+    "sql": Workload("sql"),
 }
 
 
@@ -209,9 +226,45 @@ def check_eos(workload: Workload, events: list[Event], output: Scan, topic: Scan
     }
 
 
-def check(cluster: Cluster, workload: Workload, events: list[Event]) -> dict[str, int]:
-    """Read the workload's streams (and its group's positions) and count its anomalies."""
+def check_sql(
+    workload: Workload, events: list[Event], rows: list[tuple[int, int, str]], topic: Scan
+) -> dict[str, int]:
+    """``rows``: the ledger's ``(partition, offset, value)`` in commit order (its ``id``)."""
+    acked = acknowledged(events, workload)
+    written = {v: place for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    times = Counter(value for _, _, value in rows)
+    inversions, highest = 0, dict[int, int]()
+    for partition, offset, _ in rows:
+        if offset < highest.get(partition, -1):
+            inversions += 1
+        highest[partition] = max(offset, highest.get(partition, -1))
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for v in written if times[v] == 0),
+        "duplicates": sum(n - 1 for n in times.values() if n > 1),
+        "out-of-order": inversions,
+    }
+
+
+def _ledger_rows(db: str, workload: Workload) -> list[tuple[int, int, str]]:
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    table = ledger(workload.output)
+    try:
+        with engine.connect() as conn:
+            query = sa.select(table.c.kafka_partition, table.c.kafka_offset, table.c.value)
+            return [tuple(row) for row in conn.execute(query.order_by(table.c.id))]
+    finally:
+        engine.dispose()
+
+
+def check(
+    cluster: Cluster, workload: Workload, events: list[Event], db: str | None
+) -> dict[str, int]:
+    """Read the workload's streams (its group's positions, its table) and count its anomalies."""
     topic = scan(cluster, workload.topic, workload.partitions)
+    if workload.database and db is not None:
+        return check_sql(workload, events, _ledger_rows(db, workload), topic)
     if workload.name == "eos":
         output = scan(cluster, workload.output, workload.partitions)
         return check_eos(workload, events, output, topic)
