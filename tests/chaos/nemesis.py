@@ -62,10 +62,13 @@ class Nemesis(threading.Thread):
         self._halt = threading.Event()
         self._broker_busy = threading.Lock()
         self._pending: list[threading.Thread] = []
+        self._deck: list[str] = []
 
     def run(self) -> None:
         while not self._halt.wait(self.rng.uniform(1.0, 6.0)):
-            kind = self.rng.choice(self.kinds)
+            kind = self._draw()
+            if kind is None:
+                continue
             if kind.startswith("broker") and not self._broker_busy.acquire(blocking=False):
                 continue
             try:
@@ -74,6 +77,16 @@ class Nemesis(threading.Thread):
                 self.history.add("fault-error", kind=kind, error=f"{type(exc).__name__}: {exc}")
                 if kind.startswith("broker"):
                     self._broker_busy.release()
+
+    def _draw(self) -> str | None:
+        """The next kind from a shuffled deck of every kind, so that even a short run injects
+        each; a broker fault waits in the deck while another broker fault lasts."""
+        if not self._deck:
+            self._deck = self.rng.sample(self.kinds, len(self.kinds))
+        for i, kind in enumerate(self._deck):
+            if not (kind.startswith("broker") and self._broker_busy.locked()):
+                return self._deck.pop(i)
+        return None
 
     def stop(self) -> None:
         self._halt.set()
@@ -118,27 +131,22 @@ class Nemesis(threading.Thread):
         if kind == "broker-kill":
             self.history.add("fault", kind=kind, target=node, phase="start")
             self.broker.kill_node(node)
-            self._later(self.rng.uniform(1.0, 10.0), lambda: self._restart(node, kind))
+            delay = self.rng.uniform(1.0, 10.0)
+            self._later(delay, lambda: self._end_broker_fault(self.broker.start_node, node, kind))
             return
         duration = self.rng.uniform(1.0, 20.0)
         self.history.add("fault", kind=kind, target=node, phase="start", seconds=duration)
         self.broker.pause_node(node)
-        self._later(duration, lambda: self._resume(node, kind))
+        self._later(duration, lambda: self._end_broker_fault(self.broker.resume_node, node, kind))
 
     def _resume_worker(self, worker: Supervisor, kind: str, proc: str) -> None:
         worker.signal(signal.SIGCONT)
         self.history.add("fault", kind=kind, target=proc, phase="end")
 
-    def _restart(self, node: int, kind: str) -> None:
+    def _end_broker_fault(self, action: Callable[[int], None], node: int, kind: str) -> None:
+        """``start_node`` or ``resume_node``, then the next broker fault may come."""
         try:
-            self.broker.start_node(node)
-            self.history.add("fault", kind=kind, target=node, phase="end")
-        finally:
-            self._broker_busy.release()
-
-    def _resume(self, node: int, kind: str) -> None:
-        try:
-            self.broker.resume_node(node)
+            action(node)
             self.history.add("fault", kind=kind, target=node, phase="end")
         finally:
             self._broker_busy.release()
