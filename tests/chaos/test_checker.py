@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.chaos.history import Event, History, read_history
-from tests.chaos.workloads import WORKLOADS, check_alo, check_eos
+from tests.chaos.workloads import WORKLOADS, check_alo, check_eos, check_par, check_sql
 
-ALO, EOS = WORKLOADS["alo"], WORKLOADS["eos"]
+ALO, EOS, PAR = WORKLOADS["alo"], WORKLOADS["eos"], WORKLOADS["par"]
 
 
 def _published(history: History, name: str, places: list[tuple[int, int]]) -> None:
@@ -93,4 +93,45 @@ def test_exactly_once_counts_duplicates_losses_order_and_aborted_reads(tmp_path:
         "duplicates": 1,
         "out-of-order": 1,
         "aborted-read": 1,
+    }
+
+
+def test_the_parallel_receiver_counts_key_order_by_publishing_order(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "par", [(0, 0), (0, 1), (0, 2), (1, 0)])
+    producer.close()
+    # par-0 and par-2 share key k0; par-2 is handled first: out of order. par-1 is given up,
+    # par-3 never finished.
+    handled = [("par-2", "k0"), ("par-0", "k0"), ("par-0", "k0")]
+    events = _events(
+        tmp_path,
+        {
+            "par-1.1": [("read", {"value": v, "key": k}) for v, k in handled]
+            + [("dead", {"value": "par-1", "key": "k1", "error": "RuntimeError"})]
+        },
+    )
+    topic = {(0, o): (f"par-{o}", {}) for o in range(3)} | {(1, 0): ("par-3", {})}
+    assert check_par(PAR, events, topic) == {
+        "acknowledged": 4,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+        "dead-lettered": 1,
+    }
+
+
+def test_sql_counts_the_ledger_in_commit_order(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "sql", [(0, 0), (0, 1), (0, 2)])
+    producer.close()
+    events = read_history(tmp_path.glob("*.jsonl"))
+    topic = {(0, o): (f"sql-{o}", {}) for o in range(3)}
+    rows = [(0, 1, "sql-1"), (0, 0, "sql-0"), (0, 1, "sql-1")]  # 0 after 1, 1 twice, 2 missing
+    assert check_sql(WORKLOADS["sql"], events, rows, topic) == {
+        "acknowledged": 3,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
     }

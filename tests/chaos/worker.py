@@ -10,6 +10,10 @@ Modes:
     effects and positions in one database transaction: each batch's rows are inserted into the
     ledger table ``OUTPUT`` and its positions confirmed (``SqlPositions``) in the same
     transaction of the database ``DB`` (``db-commit``, once it returned).
+``par``
+    a parallel receiver keeping key order, with retry tiers: records whose number is a
+    multiple of 7 fail their first call in each process (``read`` once handled, ``dead``
+    when given up).
 ``eos``
     exactly-once read-process-publish: each batch is published to the output stream and its
     input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
@@ -39,6 +43,8 @@ from bolide.facade import (
     PublisherConfig,
     Record,
     RecordBatch,
+    Retry,
+    RetryTier,
     StreamConfig,
     Subscriber,
     SubscriberConfig,
@@ -53,7 +59,7 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=("alo", "eos", "sql"))
+    parser.add_argument("mode", choices=("alo", "eos", "sql", "par"))
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
     parser.add_argument("partitions", type=int)
@@ -172,6 +178,34 @@ def run_sql(args: argparse.Namespace, history: History) -> None:
             history.add("db-commit", values=[row["value"] for row in rows], positions=after)
 
 
+def run_par(args: argparse.Namespace, history: History) -> None:
+    """A parallel receiver (key order) with retry tiers: every seventh record fails its first
+    call in each process and goes through the tiers while its key waits behind it."""
+    failed: set[str] = set()
+    lock = threading.Lock()
+
+    def handler(r: Record) -> None:
+        value = (r.data or b"").decode()
+        with lock:
+            if int(value.rsplit("-", 1)[1]) % 7 == 0 and value not in failed:
+                failed.add(value)
+                raise RuntimeError("the first call fails")
+        history.add("read", value=value, key=(r.key or b"").decode())
+
+    def dead(r: Record, error: BaseException) -> None:
+        value, key = (r.data or b"").decode(), (r.key or b"").decode()
+        history.add("dead", value=value, key=key, error=type(error).__name__)
+
+    tiers = [RetryTier(delay_s=0.5), RetryTier(delay_s=1.0)]
+    with _subscriber(args) as sub:
+        sub.attach_receiver(
+            handler, concurrency=8, max_in_flight=200, dead_letter=dead,
+            retry=Retry(attempts=1, backoff_s=0, tiers=tiers),
+        )  # fmt: skip
+        while not os.path.exists(args.stop):
+            time.sleep(0.1)
+
+
 def _orphan_watch() -> None:
     """Exit when the campaign that started this process is gone: nothing outlives a run."""
     parent = os.getppid()
@@ -186,7 +220,8 @@ def main() -> None:
     history = History(Path(args.history), args.proc)
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
-        {"alo": run_alo, "eos": run_eos, "sql": run_sql}[args.mode](args, history)
+        modes = {"alo": run_alo, "eos": run_eos, "sql": run_sql, "par": run_par}
+        modes[args.mode](args, history)
     except BaseException as exc:
         history.add("exit", error=f"{type(exc).__name__}: {exc}"[:300])
         raise

@@ -10,6 +10,11 @@
     Promise: every acknowledged record in the table exactly once, in offset order per
     partition (the table's commit order), none stuck, through broker faults, worker kills and
     pauses, and database crashes.
+``par``
+    the parallel receiver with retry tiers (at-least-once, key order): every seventh record
+    fails its first call and goes through the tiers while its key waits. Promise: no
+    acknowledged record lost or stuck (each handled or dead-lettered), key order kept (a key's
+    records first handled in publishing order); duplicates allowed and counted.
 ``eos``
     exactly-once read-process-publish in Kafka transactions. Promise, read with
     ``read_committed``: every acknowledged input in the output exactly once, in key order, and
@@ -75,6 +80,8 @@ class Workload:
         mine = [e for e in events if e["proc"].startswith(f"{self.name}-")]
         if self.name == "alo":
             return {e["value"] for e in mine if e["type"] == "read"}
+        if self.name == "par":
+            return {e["value"] for e in mine if e["type"] in ("read", "dead")}
         if self.name == "sql":
             return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
         committed = {e["txn"] for e in mine if e["type"] == "txn" and e["status"] == "commit"}
@@ -85,6 +92,7 @@ WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
+    "par": Workload("par", allowed=frozenset({"duplicates", "dead-lettered"})),
 }
 
 
@@ -226,6 +234,34 @@ def check_eos(workload: Workload, events: list[Event], output: Scan, topic: Scan
     }
 
 
+def check_par(workload: Workload, events: list[Event], topic: Scan) -> dict[str, int]:
+    """Key order by the records' numbers: one key's records are published in order."""
+    acked = acknowledged(events, workload)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    mine = [e for e in events if e["proc"].startswith("par-")]
+    handled = Counter(e["value"] for e in mine if e["type"] == "read")
+    dead = {e["value"] for e in mine if e["type"] == "dead"}
+    seen: set[str] = set()
+    highest: dict[str, int] = {}
+    inversions = 0
+    for e in mine:  # a record is finished when handled or given up: then its key flows on
+        if e["type"] not in ("read", "dead") or e["value"] in seen:
+            continue
+        seen.add(e["value"])
+        number = int(e["value"].rsplit("-", 1)[1])
+        if number < highest.get(e["key"], -1):
+            inversions += 1
+        highest[e["key"]] = max(number, highest.get(e["key"], -1))
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for v in written if v not in handled and v not in dead),
+        "duplicates": sum(n - 1 for n in handled.values()),
+        "out-of-order": inversions,
+        "dead-lettered": len(dead),
+    }
+
+
 def check_sql(
     workload: Workload, events: list[Event], rows: list[tuple[int, int, str]], topic: Scan
 ) -> dict[str, int]:
@@ -265,6 +301,8 @@ def check(
     topic = scan(cluster, workload.topic, workload.partitions)
     if workload.database and db is not None:
         return check_sql(workload, events, _ledger_rows(db, workload), topic)
+    if workload.name == "par":
+        return check_par(workload, events, topic)
     if workload.name == "eos":
         output = scan(cluster, workload.output, workload.partitions)
         return check_eos(workload, events, output, topic)
