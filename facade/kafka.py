@@ -165,6 +165,14 @@ def _check_configs(admin: AdminClient, stream: StreamConfig) -> None:
         described = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
     except KafkaException:
         return
+    except TimeoutError:
+        # A broker that answers nothing (paused, overloaded) is unreachable, as in the
+        # creation's own errors: a BrokerError, not the future's bare TimeoutError.
+        raise BrokerError(
+            f"cannot describe topic {stream.name!r}: no answer within {_TIMEOUT_S:g}s "
+            "(the broker is down, paused or overloaded)",
+            stream=stream.name,
+        ) from None
     # Some brokers (Tansu) describe nothing: only compare what they do report.
     for key, value in wanted.items():
         entry = described.get(key)

@@ -279,6 +279,25 @@ class EmbeddedBroker:
         """Start a killed node again and wait until it answers."""
         self._engine.start_node(node_id, self.startup_timeout_s)
 
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP one node (fault injection: a long GC pause). It keeps its sockets open and
+        answers nothing, so clients and the other nodes see it time out, not disconnect;
+        ``resume_node`` continues it. ``stop`` and ``kill_node`` work on a paused node.
+
+        Raises:
+            ValueError: No such node.
+            BrokerError: The node is not running.
+        """
+        self._engine.pause_node(node_id)
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a node ``pause_node`` stopped; nothing when it is not paused.
+
+        Raises:
+            ValueError: No such node.
+        """
+        self._engine.resume_node(node_id)
+
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 

@@ -60,6 +60,15 @@ class Engine(Protocol):
         """Start one node again and wait until it is back in the cluster."""
         ...
 
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP one running node: it keeps its sockets and answers nothing (a long GC
+        pause)."""
+        ...
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a paused node (nothing when it is not paused)."""
+        ...
+
     def cluster_settings(self) -> dict[str, Any]:
         """``Cluster`` settings clients of this engine need (its workarounds, if any)."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -11,7 +12,14 @@ from typing import Any
 
 from bolide.facade.errors import BrokerError
 
-__all__ = ["free_port", "log_tail", "port_taken", "stop_process", "wait_ready"]
+__all__ = [
+    "free_port",
+    "log_tail",
+    "port_taken",
+    "signal_process",
+    "stop_process",
+    "wait_ready",
+]
 
 
 def free_port() -> int:
@@ -89,10 +97,24 @@ def wait_ready(
     )
 
 
+def signal_process(process: subprocess.Popen[bytes] | None, signum: int, what: str) -> None:
+    """Send ``signum`` to ``process``, which must be running.
+
+    Raises:
+        BrokerError: ``process`` is not running (``what`` names it in the message).
+    """
+    if process is None or process.poll() is not None:
+        raise BrokerError(f"{what} is not running")
+    process.send_signal(signum)
+
+
 def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM ``process``, then SIGKILL it if it has not exited within ``timeout_s``."""
+    """SIGTERM ``process``, then SIGKILL it if it has not exited within ``timeout_s``.
+
+    A stopped (SIGSTOPped) process is continued first, or it would not act on the SIGTERM."""
     if process.poll() is not None:
         return
+    process.send_signal(signal.SIGCONT)
     process.terminate()
     try:
         process.wait(timeout_s)

@@ -11,6 +11,7 @@ import base64
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -19,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bolide.facade.broker._process import free_port, log_tail, stop_process, wait_ready
+from bolide.facade.broker._process import (
+    free_port,
+    log_tail,
+    signal_process,
+    stop_process,
+    wait_ready,
+)
 from bolide.facade.broker.jars import KAFKA, KAFKA_VERSION, MIN_JAVA, find_java, java_major
 from bolide.facade.broker.security import BrokerSecurity
 from bolide.facade.errors import BrokerError
@@ -256,8 +263,14 @@ class KafkaEngine:
             "kafka.Kafka", str(node.folder / "server.properties"), heap=self._heap
         )
         with node.log_path.open("ab") as out:
+            # A session of its own: a terminal's Ctrl-C reaches the program that owns this
+            # broker, which stops it in order, and not the nodes behind its back.
             node.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         log.info(
             "Apache Kafka node %d starting on %s:%d (log %s)",
@@ -330,6 +343,15 @@ class KafkaEngine:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+
+    def pause_node(self, node_id: int) -> None:
+        node = self._node(node_id)
+        signal_process(node.process, signal.SIGSTOP, f"Kafka node {node_id}")
+
+    def resume_node(self, node_id: int) -> None:
+        node = self._node(node_id)
+        if node.alive() and node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
 
     def _node(self, node_id: int) -> _Node:
         try:

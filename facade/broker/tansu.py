@@ -8,11 +8,12 @@ bolide turns them on.
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from bolide.facade.broker._process import stop_process, wait_ready
+from bolide.facade.broker._process import signal_process, stop_process, wait_ready
 from bolide.facade.errors import BrokerError
 
 __all__ = ["FETCH_GAP_SETTLE_MS", "TansuEngine", "tansu_binary"]
@@ -118,6 +119,15 @@ class TansuEngine:
     def start_node(self, node_id: int, timeout_s: float) -> None:
         self._check_node(node_id)
         self.start(timeout_s)
+
+    def pause_node(self, node_id: int) -> None:
+        self._check_node(node_id)
+        signal_process(self._process, signal.SIGSTOP, "the Tansu broker")
+
+    def resume_node(self, node_id: int) -> None:
+        self._check_node(node_id)
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGCONT)
 
     def _check_node(self, node_id: int) -> None:
         if node_id != 1:

@@ -1,0 +1,95 @@
+"""The campaign itself, short: a seeded run of the exactly-once workloads (Kafka transactions,
+``SqlPositions``) under every fault kind keeps each promise, and a run of the at-least-once
+workload interrupted midway still checks what it recorded. Neither leaves a process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bolide.facade.broker.apache import kafka_unavailable
+from tests.chaos.supervisor import ROOT
+from tests.conftest import eventually
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.reliability,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        kafka_unavailable() is not None, reason=f"needs Apache Kafka: {kafka_unavailable()}"
+    ),
+]
+
+#: The seed of the CI campaign: a failure is rerun with ``./dev chaos --seed`` and these.
+SEED = 20261127
+
+
+def _campaign(folder: Path, mark: str, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m tests.chaos`` with ``mark`` in its environment, which its children inherit."""
+    env = {**os.environ, "BOLIDE_CHAOS_MARK": mark}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos", "--folder", str(folder), *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _left_behind(mark: str) -> list[int]:
+    """Processes still running with ``mark`` in their environment."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def _outcome(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "outcome.json").read_text())
+
+
+@pytest.mark.timeout(1800)
+def test_a_seeded_campaign_keeps_every_promise(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    campaign = _campaign(
+        tmp_path, mark, "--minutes", "1", "--seed", str(SEED), "--workload", "eos",
+        "--workload", "sql",
+    )  # fmt: skip
+    output, _ = campaign.communicate(timeout=1500)
+    report = output.decode(errors="replace")
+    assert campaign.returncode == 0, f"{report}\nhistories in {tmp_path}"
+    outcome = _outcome(tmp_path)
+    assert sum(outcome["faults"].values()) > 0
+    assert all(counts["acknowledged"] > 0 for counts in outcome["results"].values())
+    assert _left_behind(mark) == []
+
+
+@pytest.mark.timeout(1800)
+def test_an_interrupted_campaign_still_checks_and_leaves_nothing(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    campaign = _campaign(tmp_path, mark, "--minutes", "60", "--workload", "alo", "--seed", "3")
+
+    def read_some() -> bool:
+        assert campaign.poll() is None, campaign.communicate()[0].decode(errors="replace")
+        return any(b'"read"' in path.read_bytes() for path in tmp_path.glob("alo-*.jsonl"))
+
+    try:
+        eventually(read_some, 600, 1.0)
+        campaign.send_signal(signal.SIGINT)  # as Ctrl-C does
+        campaign.communicate(timeout=600)
+    finally:
+        if campaign.poll() is None:
+            campaign.kill()
+    outcome = _outcome(tmp_path)
+    assert outcome["interrupted"] is True
+    assert outcome["results"]["alo"]["acknowledged"] > 0
+    assert _left_behind(mark) == []

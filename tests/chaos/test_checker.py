@@ -1,0 +1,137 @@
+"""The checker on histories written by hand: it finds each kind of anomaly it counts, and
+counts none in a clean history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.chaos.history import Event, History, read_history
+from tests.chaos.workloads import WORKLOADS, check_alo, check_eos, check_par, check_sql
+
+ALO, EOS, PAR = WORKLOADS["alo"], WORKLOADS["eos"], WORKLOADS["par"]
+
+
+def _published(history: History, name: str, places: list[tuple[int, int]]) -> None:
+    for n, (p, o) in enumerate(places):
+        history.add("publish", status="invoke", value=f"{name}-{n}")
+        history.add("publish", status="ok", value=f"{name}-{n}", p=p, o=o)
+
+
+def _events(tmp_path: Path, write: dict[str, list[tuple[str, dict[str, object]]]]) -> list[Event]:
+    for proc, lines in write.items():
+        history = History(tmp_path / f"{proc}.jsonl", proc)
+        for type_, fields in lines:
+            history.add(type_, **fields)
+        history.close()
+    return read_history(tmp_path.glob("*.jsonl"))
+
+
+def test_at_least_once_counts_what_its_promise_forbids(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "alo", [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)])
+    producer.close()
+    reads = [(0, 0), (0, 2), (0, 1), (0, 0)]  # 0:1 after 0:2; 0:0 twice
+    events = _events(
+        tmp_path,
+        {"alo-1.1": [("read", {"p": p, "o": o, "value": f"alo-{o}"}) for p, o in reads]},
+    )
+    # 0:3 never written (lost); 1:0 unread below the position (stuck); 1:1 unread, confirmed past.
+    topic = {(0, o): (f"alo-{o}", {}) for o in range(3)} | {
+        (1, 0): ("alo-4", {}),
+        (1, 1): ("alo-5", {}),
+    }
+    counts = check_alo(ALO, events, topic, {0: 3, 1: 2})
+    assert counts == {
+        "acknowledged": 6,
+        "lost": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+        "confirmed-past-unfinished": 2,
+        "stuck": 0,
+    }
+    assert check_alo(ALO, events, topic, {1: 0})["stuck"] == 2
+
+
+def test_exactly_once_counts_duplicates_losses_order_and_aborted_reads(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "eos", [(0, 0), (0, 1), (0, 2), (0, 3)])
+    producer.close()
+    events = _events(
+        tmp_path,
+        {
+            "eos-1.1": [
+                ("txn", {"status": "begin", "txn": "eos-1.1:1"}),
+                ("txn", {"status": "abort", "txn": "eos-1.1:1", "error": "TransactionError"}),
+            ]
+        },
+    )
+    topic = {(0, o): (f"eos-{o}", {}) for o in range(4)}
+
+    def out(place: str, txn: str = "eos-1.2:1") -> tuple[str, dict[str, str]]:
+        return ("", {"in": place, "txn": txn})
+
+    clean = {(0, i): out(f"0:{i}") for i in range(4)}
+    assert check_eos(EOS, events, clean, topic) == {
+        "acknowledged": 4,
+        "lost": 0,
+        "stuck": 0,
+        "duplicates": 0,
+        "out-of-order": 0,
+        "aborted-read": 0,
+    }
+    # 0:1 twice (once from the aborted transaction), 0:3 not processed, 0:0 after 0:2.
+    bad = {
+        (0, 0): out("0:1", "eos-1.1:1"),
+        (0, 1): out("0:2"),
+        (0, 2): out("0:0"),
+        (0, 3): out("0:1"),
+    }
+    assert check_eos(EOS, events, bad, topic) == {
+        "acknowledged": 4,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+        "aborted-read": 1,
+    }
+
+
+def test_the_parallel_receiver_counts_key_order_by_publishing_order(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "par", [(0, 0), (0, 1), (0, 2), (1, 0)])
+    producer.close()
+    # par-0 and par-2 share key k0; par-2 is handled first: out of order. par-1 is given up,
+    # par-3 never finished.
+    handled = [("par-2", "k0"), ("par-0", "k0"), ("par-0", "k0")]
+    events = _events(
+        tmp_path,
+        {
+            "par-1.1": [("read", {"value": v, "key": k}) for v, k in handled]
+            + [("dead", {"value": "par-1", "key": "k1", "error": "RuntimeError"})]
+        },
+    )
+    topic = {(0, o): (f"par-{o}", {}) for o in range(3)} | {(1, 0): ("par-3", {})}
+    assert check_par(PAR, events, topic) == {
+        "acknowledged": 4,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+        "dead-lettered": 1,
+    }
+
+
+def test_sql_counts_the_ledger_in_commit_order(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "sql", [(0, 0), (0, 1), (0, 2)])
+    producer.close()
+    events = read_history(tmp_path.glob("*.jsonl"))
+    topic = {(0, o): (f"sql-{o}", {}) for o in range(3)}
+    rows = [(0, 1, "sql-1"), (0, 0, "sql-0"), (0, 1, "sql-1")]  # 0 after 1, 1 twice, 2 missing
+    assert check_sql(WORKLOADS["sql"], events, rows, topic) == {
+        "acknowledged": 3,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+    }

@@ -1,0 +1,233 @@
+"""A workload's worker process: reads its stream in a group and records what it does in the
+history, until the stop file appears (or its parent dies).
+
+Modes:
+
+``alo``
+    at-least-once: a grouped subscriber that records each record it processed (``read``),
+    then confirms the batch (``confirm``, with the positions after it).
+``sql``
+    effects and positions in one database transaction: each batch's rows are inserted into the
+    ledger table ``OUTPUT`` and its positions confirmed (``SqlPositions``) in the same
+    transaction of the database ``DB`` (``db-commit``, once it returned).
+``par``
+    a parallel receiver keeping key order, with retry tiers: records whose number is a
+    multiple of 7 fail their first call in each process (``read`` once handled, ``dead``
+    when given up).
+``eos``
+    exactly-once read-process-publish: each batch is published to the output stream and its
+    input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
+    ``commit`` or ``abort``). Output records carry their input's place (``in``) and their
+    transaction (``txn``). The transactional id is the slot's, so a restarted worker fences
+    its predecessor, and a paused one that wakes after its lease is fenced by the group.
+
+Usage: ``python -m tests.chaos.worker MODE BOOTSTRAP TOPIC OUTPUT PARTITIONS GROUP SLOT DB
+HISTORY PROC STOP`` (``DB``: a database URL, or ``-``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from bolide.facade import (
+    Cluster,
+    InitialOffsetScheme,
+    Publisher,
+    PublisherConfig,
+    Record,
+    RecordBatch,
+    Retry,
+    RetryTier,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade.errors import BolideError
+from bolide.stores import SqlPositions, SqlStore
+from tests.chaos.history import History
+
+#: The subscribers' lease: a worker paused longer than this wakes up a zombie.
+LEASE_MS = 4_000
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tests.chaos.worker")
+    parser.add_argument("mode", choices=("alo", "eos", "sql", "par"))
+    for name in ("bootstrap", "topic", "output"):
+        parser.add_argument(name)
+    parser.add_argument("partitions", type=int)
+    for name in ("group", "slot", "db", "history", "proc", "stop"):
+        parser.add_argument(name)
+    return parser
+
+
+def ledger(name: str) -> sa.Table:
+    """The ``sql`` workload's table: one row per record processed, numbered in commit order,
+    no unique key (a duplicate would show)."""
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("kafka_partition", sa.Integer),
+        sa.Column("kafka_offset", sa.BigInteger),
+        sa.Column("value", sa.Text),
+    )
+
+
+def stream(name: str, partitions: int) -> StreamConfig:
+    """The workloads' streams: replicated three times, two replicas in sync for a write."""
+    return StreamConfig(
+        name=name,
+        partitions=partitions,
+        global_order=False,
+        replication_factor=3,
+        min_insync_replicas=2,
+    )
+
+
+def _subscriber(args: argparse.Namespace, **extra: Any) -> Subscriber:
+    config = SubscriberConfig(
+        **extra,
+        stream=stream(args.topic, args.partitions),
+        group=args.group,
+        lease_timeout_ms=LEASE_MS,
+        max_batch=50,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        error_handler=lambda summary, error: None,
+    )
+    return Subscriber(Cluster(args.bootstrap), config)
+
+
+def _read(history: History, batch: RecordBatch, **fields: str) -> dict[int, int]:
+    after: dict[int, int] = {}
+    for r in batch:
+        value = (r.data or b"").decode()
+        history.add("read", p=r.partition, o=r.offset, value=value, **fields)
+        after[r.partition or 0] = (r.offset or 0) + 1
+    return after
+
+
+def run_alo(args: argparse.Namespace, history: History) -> None:
+    with _subscriber(args) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            after = _read(history, batch)
+            try:
+                sub.confirm()
+            except BolideError as exc:
+                history.add("confirm-failed", error=type(exc).__name__)
+                continue
+            history.add("confirm", positions=after)
+
+
+def run_eos(args: argparse.Namespace, history: History) -> None:
+    cluster = Cluster(args.bootstrap)
+    output = PublisherConfig(
+        stream=stream(args.output, args.partitions), transactional_id=f"{args.group}-{args.slot}"
+    )
+    count = 0
+    with Publisher(cluster, output) as pub, _subscriber(args) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            count += 1
+            txn = f"{args.proc}:{count}"
+            history.add("txn", status="begin", txn=txn)
+            after = _read(history, batch, txn=txn)
+            try:
+                with pub.transaction():
+                    for r in batch:
+                        place = f"{r.partition}:{r.offset}".encode()
+                        headers = [("in", place), ("txn", txn.encode())]
+                        pub.publish_async(Record(r.data, key=r.key, headers=headers))
+                    pub.confirm(sub)
+            except BolideError as exc:
+                history.add("txn", status="abort", txn=txn, error=type(exc).__name__)
+                raise
+            history.add("txn", status="commit", txn=txn, positions=after)
+
+
+def run_sql(args: argparse.Namespace, history: History) -> None:
+    """Each batch's rows and its positions (``SqlPositions``) in one database transaction."""
+    store = SqlStore(args.db)
+    table = ledger(args.output)
+    with _subscriber(args, positions=SqlPositions(store)) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            if not len(batch):
+                continue
+            after = _read(history, batch)
+            rows = [
+                {"kafka_partition": r.partition, "kafka_offset": r.offset,
+                 "value": (r.data or b"").decode()}
+                for r in batch
+            ]  # fmt: skip
+            with store.engine.begin() as conn:
+                conn.execute(table.insert(), rows)
+                sub.confirm(conn=conn)
+            history.add("db-commit", values=[row["value"] for row in rows], positions=after)
+
+
+def run_par(args: argparse.Namespace, history: History) -> None:
+    """A parallel receiver (key order) with retry tiers: every seventh record fails its first
+    call in each process and goes through the tiers while its key waits behind it."""
+    failed: set[str] = set()
+    lock = threading.Lock()
+
+    def handler(r: Record) -> None:
+        value = (r.data or b"").decode()
+        with lock:
+            if int(value.rsplit("-", 1)[1]) % 7 == 0 and value not in failed:
+                failed.add(value)
+                raise RuntimeError("the first call fails")
+        history.add("read", value=value, key=(r.key or b"").decode())
+
+    def dead(r: Record, error: BaseException) -> None:
+        value, key = (r.data or b"").decode(), (r.key or b"").decode()
+        history.add("dead", value=value, key=key, error=type(error).__name__)
+
+    tiers = [RetryTier(delay_s=0.5), RetryTier(delay_s=1.0)]
+    with _subscriber(args) as sub:
+        sub.attach_receiver(
+            handler, concurrency=8, max_in_flight=200, dead_letter=dead,
+            retry=Retry(attempts=1, backoff_s=0, tiers=tiers),
+        )  # fmt: skip
+        while not os.path.exists(args.stop):
+            time.sleep(0.1)
+
+
+def _orphan_watch() -> None:
+    """Exit when the campaign that started this process is gone: nothing outlives a run."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(3)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    threading.Thread(target=_orphan_watch, name="orphan-watch", daemon=True).start()
+    history = History(Path(args.history), args.proc)
+    history.add("start", mode=args.mode, pid=os.getpid())
+    try:
+        modes = {"alo": run_alo, "eos": run_eos, "sql": run_sql, "par": run_par}
+        modes[args.mode](args, history)
+    except BaseException as exc:
+        history.add("exit", error=f"{type(exc).__name__}: {exc}"[:300])
+        raise
+    history.add("exit", error=None)
+    history.close()
+
+
+if __name__ == "__main__":
+    main()

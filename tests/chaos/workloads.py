@@ -1,0 +1,310 @@
+"""The workloads, one per promise: what each publishes, runs, and how its history is checked.
+
+``alo``
+    at-least-once group subscribers with confirms. Promise: no acknowledged record lost, none
+    stuck, key order kept (records of a partition first processed in offset order), no
+    position confirmed past unfinished work. Duplicates are allowed and counted: they are
+    bounded by what was read and not yet confirmed when a worker died or lost its lease.
+``sql``
+    ``SqlPositions``: each batch's rows and its positions in one PostgreSQL transaction.
+    Promise: every acknowledged record in the table exactly once, in offset order per
+    partition (the table's commit order), none stuck, through broker faults, worker kills and
+    pauses, and database crashes.
+``par``
+    the parallel receiver with retry tiers (at-least-once, key order): every seventh record
+    fails its first call and goes through the tiers while its key waits. Promise: no
+    acknowledged record lost or stuck (each handled or dead-lettered), key order kept (a key's
+    records first handled in publishing order); duplicates allowed and counted.
+``eos``
+    exactly-once read-process-publish in Kafka transactions. Promise, read with
+    ``read_committed``: every acknowledged input in the output exactly once, in key order, and
+    nothing from an aborted transaction, none stuck.
+
+"lost" counts acknowledged records missing from the stream itself; "stuck" those in the stream
+that were never finished after the faults healed and the workers drained.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import sqlalchemy as sa
+from confluent_kafka import TopicPartition
+
+from bolide.facade import Cluster, Publisher, PublisherConfig, Record
+from bolide.facade.kafka import committed_offsets, probe_consumer
+from tests.chaos.history import Event, History
+from tests.chaos.worker import ledger, stream
+
+__all__ = ["WORKLOADS", "Producer", "Workload", "scan"]
+
+Scan = dict[tuple[int, int], tuple[str, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    partitions: int = 3
+    workers: int = 2
+    #: Per anomaly, whether the workload's promise allows it (counted, not failed).
+    allowed: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def topic(self) -> str:
+        return f"chaos-{self.name}-in"
+
+    @property
+    def output(self) -> str:
+        return f"chaos-{self.name}-out"
+
+    @property
+    def group(self) -> str:
+        return f"chaos-{self.name}"
+
+    @property
+    def database(self) -> bool:
+        """Whether the workload needs the campaign's PostgreSQL."""
+        return self.name == "sql"
+
+    def worker_args(self, bootstrap: str, slot: int, db: str) -> list[str]:
+        return [self.name, bootstrap, self.topic, self.output, str(self.partitions),
+                self.group, str(slot), db]  # fmt: skip
+
+    def done(self, events: list[Event]) -> set[str]:
+        """The values whose processing is finished for good, from the history so far."""
+        mine = [e for e in events if e["proc"].startswith(f"{self.name}-")]
+        if self.name == "alo":
+            return {e["value"] for e in mine if e["type"] == "read"}
+        if self.name == "par":
+            return {e["value"] for e in mine if e["type"] in ("read", "dead")}
+        if self.name == "sql":
+            return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
+        committed = {e["txn"] for e in mine if e["type"] == "txn" and e["status"] == "commit"}
+        return {e["value"] for e in mine if e["type"] == "read" and e.get("txn") in committed}
+
+
+WORKLOADS = {
+    "alo": Workload("alo", allowed=frozenset({"duplicates"})),
+    "eos": Workload("eos"),
+    "sql": Workload("sql"),
+    "par": Workload("par", allowed=frozenset({"duplicates", "dead-lettered"})),
+}
+
+
+class Producer(threading.Thread):
+    """Publishes ``<workload>-<n>`` (keys ``k0``..``k7``) with ``acks=all`` and records each
+    attempt: ``publish`` with ``status`` ``invoke``, then ``ok`` (and its place) or ``fail``."""
+
+    def __init__(self, cluster: Cluster, workload: Workload, history: History, rate: float):
+        super().__init__(name=f"producer-{workload.name}", daemon=True)
+        self.cluster = cluster
+        self.workload = workload
+        self.history = history
+        self.interval = 1 / rate
+        self.halt = threading.Event()
+
+    def _settled(self, value: str, offset: int | None, error: Any, partition: int) -> None:
+        if error is None:
+            self.history.add("publish", status="ok", value=value, p=partition, o=offset)
+        else:
+            self.history.add("publish", status="fail", value=value, error=str(error)[:200])
+
+    def run(self) -> None:
+        config = PublisherConfig(stream=stream(self.workload.topic, self.workload.partitions))
+        with Publisher(self.cluster, config) as pub:
+            n = 0
+            while not self.halt.wait(self.interval):
+                value = f"{self.workload.name}-{n}"
+                record = Record(value.encode(), key=b"k%d" % (n % 8))
+                self.history.add("publish", status="invoke", value=value)
+                future = pub.publish_async(record)
+                future.add_done_callback(
+                    lambda f, v=value, r=record: self._settled(
+                        v, None if f.exception() else f.result(), f.exception(), r.partition or 0
+                    )
+                )
+                n += 1
+            pub.flush(120)
+
+
+def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
+    """Every committed record of ``topic``: ``{(partition, offset): (value, headers)}``."""
+    consumer = probe_consumer(cluster, **{"isolation.level": "read_committed"})
+    found: Scan = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        ended: set[int] = set()
+        while len(ended) < partitions:
+            msg = consumer.poll(5.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    ended.add(msg.partition())
+                continue
+            headers = {k: (v or b"").decode() for k, v in msg.headers() or []}
+            found[(msg.partition(), msg.offset())] = ((msg.value() or b"").decode(), headers)
+    finally:
+        consumer.close()
+    return found
+
+
+def _committed(cluster: Cluster, workload: Workload) -> dict[int, int]:
+    """The group's committed positions, as a ``read_uncommitted`` reader sees them (answered
+    at once, not after open transactions end)."""
+    consumer = probe_consumer(
+        cluster, **{"group.id": workload.group, "isolation.level": "read_uncommitted"}
+    )
+    try:
+        asked = [TopicPartition(workload.topic, p) for p in range(workload.partitions)]
+        return {tp.partition: tp.offset for tp in committed_offsets(consumer, asked, 60)}
+    finally:
+        consumer.close()
+
+
+def acknowledged(events: Iterable[Event], workload: Workload) -> dict[str, tuple[int, int]]:
+    prefix = f"{workload.name}-"
+    return {
+        e["value"]: (e["p"], e["o"])
+        for e in events
+        if e["type"] == "publish" and e["status"] == "ok" and e["value"].startswith(prefix)
+    }
+
+
+def _first_read_inversions(reads: list[Event]) -> int:
+    """Records of a partition whose first processing came after a later offset's."""
+    seen: set[tuple[int, int]] = set()
+    highest: dict[int, int] = {}
+    inversions = 0
+    for e in reads:
+        place = (e["p"], e["o"])
+        if place in seen:
+            continue
+        seen.add(place)
+        if e["o"] < highest.get(e["p"], -1):
+            inversions += 1
+        highest[e["p"]] = max(highest.get(e["p"], -1), e["o"])
+    return inversions
+
+
+def check_alo(
+    workload: Workload, events: list[Event], topic: Scan, positions: dict[int, int]
+) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    reads = [e for e in events if e["type"] == "read" and e["proc"].startswith("alo-")]
+    times = Counter(e["value"] for e in reads)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    unread = [v for v in written if v not in times]
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "duplicates": sum(n - 1 for n in times.values()),
+        "out-of-order": _first_read_inversions(reads),
+        "confirmed-past-unfinished": sum(
+            1 for v in unread if positions.get(acked[v][0], 0) > acked[v][1]
+        ),
+        "stuck": sum(1 for v in unread if positions.get(acked[v][0], 0) <= acked[v][1]),
+    }
+
+
+def check_eos(workload: Workload, events: list[Event], output: Scan, topic: Scan) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    aborted = {e["txn"] for e in events if e["type"] == "txn" and e["status"] == "abort"}
+    inputs = Counter(headers.get("in", "") for _, headers in output.values())
+    # One key keeps one input and one output partition, and one processor at a time: per
+    # (output, input) partition pair, the inputs' offsets rise.
+    runs: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for (out_partition, _), (_, headers) in sorted(output.items()):
+        in_partition, offset = headers.get("in", "0:0").split(":")
+        runs[(out_partition, in_partition)].append(int(offset))
+    inversions = sum(sum(1 for a, b in pairwise(offsets) if b < a) for offsets in runs.values())
+    written = {v: place for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for p, o in written.values() if inputs[f"{p}:{o}"] == 0),
+        "duplicates": sum(n - 1 for n in inputs.values() if n > 1),
+        "out-of-order": inversions,
+        "aborted-read": sum(1 for _, headers in output.values() if headers.get("txn") in aborted),
+    }
+
+
+def check_par(workload: Workload, events: list[Event], topic: Scan) -> dict[str, int]:
+    """Key order by the records' numbers: one key's records are published in order."""
+    acked = acknowledged(events, workload)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    mine = [e for e in events if e["proc"].startswith("par-")]
+    handled = Counter(e["value"] for e in mine if e["type"] == "read")
+    dead = {e["value"] for e in mine if e["type"] == "dead"}
+    seen: set[str] = set()
+    highest: dict[str, int] = {}
+    inversions = 0
+    for e in mine:  # a record is finished when handled or given up: then its key flows on
+        if e["type"] not in ("read", "dead") or e["value"] in seen:
+            continue
+        seen.add(e["value"])
+        number = int(e["value"].rsplit("-", 1)[1])
+        if number < highest.get(e["key"], -1):
+            inversions += 1
+        highest[e["key"]] = max(number, highest.get(e["key"], -1))
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for v in written if v not in handled and v not in dead),
+        "duplicates": sum(n - 1 for n in handled.values()),
+        "out-of-order": inversions,
+        "dead-lettered": len(dead),
+    }
+
+
+def check_sql(
+    workload: Workload, events: list[Event], rows: list[tuple[int, int, str]], topic: Scan
+) -> dict[str, int]:
+    """``rows``: the ledger's ``(partition, offset, value)`` in commit order (its ``id``)."""
+    acked = acknowledged(events, workload)
+    written = {v: place for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    times = Counter(value for _, _, value in rows)
+    inversions, highest = 0, dict[int, int]()
+    for partition, offset, _ in rows:
+        if offset < highest.get(partition, -1):
+            inversions += 1
+        highest[partition] = max(offset, highest.get(partition, -1))
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for v in written if times[v] == 0),
+        "duplicates": sum(n - 1 for n in times.values() if n > 1),
+        "out-of-order": inversions,
+    }
+
+
+def _ledger_rows(db: str, workload: Workload) -> list[tuple[int, int, str]]:
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    table = ledger(workload.output)
+    try:
+        with engine.connect() as conn:
+            query = sa.select(table.c.kafka_partition, table.c.kafka_offset, table.c.value)
+            return [tuple(row) for row in conn.execute(query.order_by(table.c.id))]
+    finally:
+        engine.dispose()
+
+
+def check(
+    cluster: Cluster, workload: Workload, events: list[Event], db: str | None
+) -> dict[str, int]:
+    """Read the workload's streams (its group's positions, its table) and count its anomalies."""
+    topic = scan(cluster, workload.topic, workload.partitions)
+    if workload.database and db is not None:
+        return check_sql(workload, events, _ledger_rows(db, workload), topic)
+    if workload.name == "par":
+        return check_par(workload, events, topic)
+    if workload.name == "eos":
+        output = scan(cluster, workload.output, workload.partitions)
+        return check_eos(workload, events, output, topic)
+    positions = _committed(cluster, workload)
+    return check_alo(workload, events, topic, positions)
