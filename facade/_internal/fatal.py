@@ -154,6 +154,9 @@ def _acl_fix(kind: str, scope: Scope) -> tuple[str | None, str]:
     if kind == "topic":
         operation = "WRITE" if scope.role == "publisher" else "READ"
         return scope.topic, f"grant the user {operation} on topic {scope.topic!r}"
+    if kind == "group" and scope.group is None:
+        # An ungrouped subscriber's consumer still has a throwaway group (it never commits).
+        return None, "grant the user READ on groups prefixed 'bolide-ungrouped-' (PREFIXED)"
     if kind == "group":
         return scope.group, f"grant the user READ on group {scope.group!r}"
     if kind == "transactional_id":
