@@ -23,6 +23,7 @@
     │   └── IncompatibleBrokerError
     ├── AuthorizationError
     ├── AuthenticationError
+    ├── FencedInstanceError
     ├── ReceiverAlreadyAttachedError
     ├── ResequencerFullError
     ├── DeadLetterError
@@ -53,6 +54,7 @@ __all__ = [
     "DeadLetterSourceError",
     "DurableClientBusyError",
     "DurableClientError",
+    "FencedInstanceError",
     "IllegalSubscriberStateError",
     "IncompatibleBrokerError",
     "InvalidInitialOffsetSchemeError",
@@ -260,6 +262,32 @@ class AuthenticationError(BolideError):
         super().__init__(message, stream=stream, retriable=False)
         self.cause = cause
         self.record = record
+
+
+class FencedInstanceError(BolideError):
+    """Another live member of the subscriber group joined with this subscriber's
+    ``group.instance.id`` (static membership): the broker gave it this member's partitions and
+    refuses this one from now on. Give every live member an id of its own.
+
+    Attributes:
+        group: The subscriber group.
+        instance_id: The ``group.instance.id`` both members use.
+        cause: The Kafka error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        group: str | None,
+        instance_id: str | None,
+        cause: Any = None,
+        stream: str | None = None,
+    ) -> None:
+        super().__init__(message, stream=stream, retriable=False)
+        self.group = group
+        self.instance_id = instance_id
+        self.cause = cause
 
 
 class ReceiverAlreadyAttachedError(BolideError):

@@ -18,6 +18,7 @@ from bolide.facade.errors import (
     AuthenticationError,
     AuthorizationError,
     BolideError,
+    FencedInstanceError,
     IncompatibleBrokerError,
 )
 from bolide.facade.record import Record
@@ -30,6 +31,7 @@ __all__ = [
     "Scope",
     "authentication_error",
     "fatal_error",
+    "refused",
 ]
 
 log = logging.getLogger("bolide.facade")
@@ -52,6 +54,17 @@ _INCOMPATIBLE = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.UNSUPP
 FATAL_CODES = frozenset({*_AUTHORIZATION, *AUTHENTICATION_CODES, *_INCOMPATIBLE})
 
 
+def refused(err: KafkaError) -> bool:
+    """Whether a consumer's ``err`` is an answer retrying cannot fix: a ``FATAL_CODES`` one,
+    or librdkafka's fatal error, after which the consumer serves nothing (for a consumer,
+    another live member with its ``group.instance.id``)."""
+    return err.code() in FATAL_CODES or err.code() == KafkaError._FATAL
+
+
+def _fenced(err: KafkaError) -> bool:
+    return err.code() == KafkaError._FATAL and "group.instance.id" in err.str()
+
+
 @dataclass(frozen=True)
 class Scope:
     """What a client works on, to name in the error.
@@ -61,6 +74,7 @@ class Scope:
         topic: The stream.
         group: The consumer group.
         transactional_id: A transactional publisher's id.
+        instance_id: A static member's ``group.instance.id``.
         lease_ms: A grouped subscriber's ``lease_timeout_ms``.
         session_floor_ms: The broker's ``group.min.session.timeout.ms``, when known.
     """
@@ -69,6 +83,7 @@ class Scope:
     topic: str
     group: str | None = None
     transactional_id: str | None = None
+    instance_id: str | None = None
     lease_ms: int | None = None
     session_floor_ms: int | None = None
 
@@ -90,6 +105,16 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
         )
     if code in AUTHENTICATION_CODES:
         return authentication_error(err, scope.topic, record)
+    if _fenced(err):
+        return FencedInstanceError(
+            f"another member of group {scope.group!r} joined with this {scope.role}'s "
+            f"group.instance.id {scope.instance_id!r} and took its partitions ({said}): "
+            "give every live member a group.instance.id of its own",
+            group=scope.group,
+            instance_id=scope.instance_id,
+            cause=err,
+            stream=scope.topic,
+        )
     if code == KafkaError.INVALID_SESSION_TIMEOUT:
         floor = (
             f"{scope.session_floor_ms} ms"
@@ -129,6 +154,9 @@ def _acl_fix(kind: str, scope: Scope) -> tuple[str | None, str]:
     if kind == "topic":
         operation = "WRITE" if scope.role == "publisher" else "READ"
         return scope.topic, f"grant the user {operation} on topic {scope.topic!r}"
+    if kind == "group" and scope.group is None:
+        # An ungrouped subscriber's consumer still has a throwaway group (it never commits).
+        return None, "grant the user READ on groups prefixed 'bolide-ungrouped-' (PREFIXED)"
     if kind == "group":
         return scope.group, f"grant the user READ on group {scope.group!r}"
     if kind == "transactional_id":
@@ -154,7 +182,7 @@ class Refusals:
 
     def error_cb(self, err: KafkaError) -> None:
         """librdkafka's client-wide error report (served inside ``poll``/``consume``)."""
-        if err.code() in FATAL_CODES:
+        if refused(err):
             self._last = err
         else:
             log.debug("%s: %s", self._source, err.str())

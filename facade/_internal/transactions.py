@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from bolide.facade._internal.fatal import FATAL_CODES, Scope, fatal_error
 from bolide.facade.errors import ProducerFencedError, TransactionError
 
 __all__ = ["FENCED", "OffsetSource", "TransactionSource", "Transactions"]
@@ -122,6 +123,11 @@ class Transactions:
                 err = exc.args[0]
                 if not isinstance(err, KafkaError):
                     raise TransactionError(f"{what} failed: {exc}", stream=self._stream) from exc
+                if err.code() in FATAL_CODES:  # a missing ACL, say: named, not a generic end
+                    scope = Scope("publisher", self._stream, transactional_id=self.transactional_id)
+                    refusal = fatal_error(err, scope)
+                    self._end(self._fatal(err))
+                    raise refusal or self._fatal(err) from exc
                 ended = self.error_for(err)
                 if ended is not None:
                     raise ended from exc

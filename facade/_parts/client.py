@@ -102,7 +102,12 @@ def refused_error(err: KafkaError, cluster: Cluster, config: SubscriberConfig) -
         floor = int(found) if found is not None and found.isdigit() else None
     topic = config.single.name
     scope = Scope(
-        "subscriber", topic, group=group, lease_ms=config.lease_timeout_ms, session_floor_ms=floor
+        "subscriber",
+        topic,
+        group=group,
+        instance_id=config.consumer_config.get("group.instance.id"),
+        lease_ms=config.lease_timeout_ms,
+        session_floor_ms=floor,
     )
     return fatal_error(err, scope) or BolideError(err.str(), stream=topic)
 

@@ -15,7 +15,7 @@ from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
-from bolide.facade._internal.fatal import FATAL_CODES, Refusals
+from bolide.facade._internal.fatal import Refusals, refused
 from bolide.facade._parts.client import refused_error
 from bolide.facade._parts.decoding import Decoder
 from bolide.facade._parts.positions import Positions, Report
@@ -462,7 +462,7 @@ class Fetcher:
 
     def _on_error(self, msg: Message, err: KafkaError) -> BolideError | None:
         code = err.code()
-        if code in FATAL_CODES:
+        if refused(err):
             return refused_error(err, self._cluster, self._config)
         if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
             partition = msg.partition() or 0

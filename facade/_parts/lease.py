@@ -208,10 +208,17 @@ class Lease:
         deadline = time.monotonic() + _LEAVE_TIMEOUT_S
         while joining and not self.rebalances and time.monotonic() < deadline:
             consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
-        consumer.unsubscribe()
+        # A static member (group.instance.id) keeps its place: unsubscribing sends the
+        # LeaveGroup that rebalances the others, closing does not; it unassigns itself instead.
+        static = "group.instance.id" in self._config.consumer_config
+        if not static:
+            consumer.unsubscribe()
         quiet = 0
         while time.monotonic() < deadline and quiet < _LEAVE_QUIET_POLLS:
             served = self.rebalances
             consumer.consume(num_messages=_LEAVE_BATCH, timeout=_LEAVE_POLL_S)
-            settled = self.rebalances == served and not consumer.assignment()
+            settled = self.rebalances == served and (static or not consumer.assignment())
             quiet = quiet + 1 if settled else 0
+        if static:
+            self.lose(sorted(self._assigned), lost=False)
+            consumer.unassign()

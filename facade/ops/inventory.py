@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from bolide.facade.config import Cluster
-from bolide.facade.errors import BrokerError
+from bolide.facade.errors import AuthorizationError, BolideError, BrokerError
 from bolide.facade.kafka import admin_client, log_ends, log_starts, probe_consumer
 
 __all__ = [
@@ -183,8 +183,27 @@ class TopicInfo:
         }
 
 
-def _broker_error(what: str, exc: BaseException) -> BrokerError:
-    detail = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+#: Refusals the user's ACLs explain: the resource type refused, for the message.
+_REFUSED = {
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+}
+
+
+def _broker_error(what: str, exc: BaseException) -> BolideError:
+    """A failed admin call: an ``AuthorizationError`` when an ACL is missing, else a
+    retriable ``BrokerError``."""
+    err = exc.args[0] if isinstance(exc, KafkaException) else None
+    detail = err.str() if isinstance(err, KafkaError) else str(exc)
+    kind = _REFUSED.get(err.code()) if isinstance(err, KafkaError) else None
+    if kind is not None:
+        return AuthorizationError(
+            f"{what}: {detail}: grant the user DESCRIBE on that {kind} "
+            "(docs/kafka-estate.md lists the ACLs of each command)",
+            resource_type=kind,
+            cause=err,
+        )
     return BrokerError(f"{what}: {detail}", retriable=True)
 
 

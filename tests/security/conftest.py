@@ -50,13 +50,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker
     assert not broker.running
 
 
-def grant(admin_cluster: Cluster, user: str, grants: list[Grant]) -> None:
-    """Allow ``user`` each operation, as the super user (``AdminClient.create_acls``)."""
+def grant(
+    admin_cluster: Cluster,
+    user: str,
+    grants: list[Grant],
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+) -> None:
+    """Allow ``user`` each operation, as the super user (``AdminClient.create_acls``), on the
+    resources named (``PREFIXED``: on every resource whose name starts so)."""
     bindings = [
         AclBinding(
             kind,
             name,
-            ResourcePatternType.LITERAL,
+            pattern,
             f"User:{user}",
             "*",
             operation,
@@ -73,7 +79,7 @@ def grant(admin_cluster: Cluster, user: str, grants: list[Grant]) -> None:
     mine = AclBindingFilter(
         ResourceType.ANY,
         None,
-        ResourcePatternType.ANY,
+        pattern,
         f"User:{user}",
         None,
         AclOperation.ANY,
