@@ -13,7 +13,7 @@ except ImportError as exc:  # pragma: no cover - exercised without pyspark only
         "bolide.spark needs PySpark and pandas: pip install 'bolide[spark]'", name="pyspark"
     ) from exc
 
-from bolide.spark._archive import load_archive
+from bolide.spark._archive import StoreNotSharedError, load_archive
 from bolide.spark._options import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.jobs import BatchReport, archive, query, read_stream, resequence
@@ -32,6 +32,7 @@ __all__ = [
     "BatchReport",
     "BolideDataSource",
     "ConnectorNotFoundError",
+    "StoreNotSharedError",
     "archive",
     "cluster_source_options",
     "connector_coordinates",

@@ -8,11 +8,12 @@ name), either through JDBC (Spark reads the tables itself, in parallel) or throu
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
 
+from bolide.facade.errors import BolideError
 from bolide.facade.record import Record, trusted_record
 from bolide.stores.dialects import dialect_of
 
@@ -22,7 +23,16 @@ if TYPE_CHECKING:
 
     from bolide.stores import SqlStore
 
-__all__ = ["has_jdbc_driver", "jdbc_jars", "jdbc_options", "load_archive", "records_by_stream"]
+__all__ = [
+    "StoreNotSharedError",
+    "archive_partitions",
+    "executor_store_url",
+    "has_jdbc_driver",
+    "jdbc_jars",
+    "jdbc_options",
+    "load_archive",
+    "records_by_stream",
+]
 
 _PAGE = 10_000
 #: Where Debian's packages put the drivers (libpostgresql-jdbc-java, libxerial-sqlite-jdbc-java).
@@ -31,6 +41,37 @@ _ARCHIVE_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
+
+
+class StoreNotSharedError(BolideError, ValueError):
+    """The history store is a SQLite database, which executors on other machines cannot
+    share: a Spark job on a cluster needs a PostgreSQL store."""
+
+
+def executor_store_url(spark: SparkSession, store: str | SqlStore) -> str:
+    """The URL Spark's executors open ``store`` with (each task its own connection).
+
+    Raises:
+        StoreNotSharedError: An in-memory SQLite store (only this process sees it), or a
+            SQLite file with a master that is not ``local[...]``.
+    """
+    from bolide.stores import SqlStore
+
+    url = store.engine.url if isinstance(store, SqlStore) else make_url(store)
+    if url.get_backend_name() == "sqlite":
+        master = spark.sparkContext.master or "local"
+        if url.database in (None, "", ":memory:"):
+            raise StoreNotSharedError(
+                "an in-memory SQLite store cannot be written by Spark's executors: "
+                "give a SQLite file (local master) or a PostgreSQL URL"
+            )
+        if not master.startswith("local"):
+            raise StoreNotSharedError(
+                f"a SQLite store ({url.database}) cannot be shared by the executors of the "
+                f"Spark master {master}: use a PostgreSQL store "
+                "(postgresql+psycopg://user@host/db) that every executor reaches"
+            )
+    return url.render_as_string(hide_password=False)
 
 
 def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
@@ -66,6 +107,70 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
     return out
 
 
+def archive_partitions(batch: DataFrame, url: str, serde: Any | None) -> tuple[int, int]:
+    """Write each Spark partition of ``batch`` into the store at ``url`` from the executor that
+    holds it; return (rows, rows inserted), the only data that reaches the driver.
+
+    Each task opens one connection and writes each Arrow batch of its partition in one
+    transaction through ``SqlStore.store_batches``: idempotent on (stream, partition, offset),
+    so a task Spark retries, or a micro-batch it replays, inserts nothing twice. ``serde`` is
+    a ``serde_spec`` (an ``AvroSerde`` rebuilt in each worker) or a picklable typed serde; its
+    typed table is written in the same transactions.
+    """
+    from pyspark.sql import functions as F
+
+    def write(chunks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from bolide.stores import SqlStore
+
+        rows = inserted = 0
+        store: SqlStore | None = None
+        try:
+            for chunk in chunks:
+                by_stream = records_by_stream(pa.Table.from_batches([chunk]))
+                if not by_stream:
+                    continue
+                store = store or SqlStore(url)
+                rows += chunk.num_rows
+                inserted += store.store_batches(by_stream, also=typed_writer(by_stream, serde))
+        finally:
+            if store is not None:
+                store.close()
+        yield pa.RecordBatch.from_pydict({"rows": [rows], "written": [inserted]})
+
+    totals = (
+        batch.mapInArrow(write, "rows long, written long")
+        .agg(F.sum("rows").alias("rows"), F.sum("written").alias("written"))
+        .first()
+    )
+    if totals is None:
+        return 0, 0
+    return int(totals["rows"] or 0), int(totals["written"] or 0)
+
+
+def typed_writer(
+    batches: dict[str, list[Record]], serde: Any | None
+) -> Callable[[Any], None] | None:
+    """The ``also`` of ``store_batches`` filling the records' typed tables (``serde``: a
+    ``serde_spec`` or a typed serde), or ``None`` without a serde."""
+    if serde is None:
+        return None
+    from bolide.stores.typed_archive import write_typed
+
+    if isinstance(serde, dict):
+        from bolide.spark.avro import worker_serde
+
+        serde = worker_serde(serde)
+
+    def also(conn: Any) -> None:
+        for name, recs in batches.items():
+            if recs:
+                write_typed(conn, name, recs, serde)
+
+    return also
+
+
 def jdbc_jars() -> list[str]:
     """JDBC driver jars installed by Debian's packages, for ``spark.jars``."""
     return sorted(p for pattern in _JAR_GLOBS for p in glob.glob(pattern))
@@ -95,10 +200,36 @@ def has_jdbc_driver(spark: SparkSession, driver: str) -> bool:
     return True
 
 
-def _via_jdbc(spark: SparkSession, url: str, streams: Sequence[str] | None) -> DataFrame:
+def _offset_ranges(
+    spark: SparkSession, sql: SqlStore, streams: Sequence[str] | None
+) -> dict[str, str]:
+    """JDBC options splitting a table's read into offset ranges, one task each (the archive's
+    offsets span ``min..max``); none when there is at most one row's worth of range."""
+    import sqlalchemy as sa
+
+    records = sa.table("bolide_records", sa.column("stream"), sa.column("kafka_offset"))
+    span = sa.select(sa.func.min(records.c.kafka_offset), sa.func.max(records.c.kafka_offset))
+    if streams is not None:
+        span = span.where(records.c.stream.in_(list(streams)))
+    with sql.engine.connect() as conn:
+        low, high = conn.execute(span).one()
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    if low is None or high is None or high <= low or tasks == 1:
+        return {}
+    return {
+        "partitionColumn": "kafka_offset",
+        "lowerBound": str(low),
+        "upperBound": str(high + 1),
+        "numPartitions": str(min(tasks, high + 1 - low)),
+    }
+
+
+def _via_jdbc(
+    spark: SparkSession, url: str, streams: Sequence[str] | None, ranges: dict[str, str]
+) -> DataFrame:
     from pyspark.sql import functions as F
 
-    options = jdbc_options(url)
+    options = {**jdbc_options(url), **ranges}
 
     def table(name: str) -> DataFrame:
         reader = spark.read.format("jdbc").options(**options).option("dbtable", name)
@@ -217,5 +348,5 @@ def _load(spark: SparkSession, sql: SqlStore, streams: Sequence[str] | None, via
     sql.check_schema()
     if via == "store" or not usable:
         return _via_store(spark, sql, streams)
-    url = sql.engine.url.render_as_string(hide_password=False)
-    return _via_jdbc(spark, url, streams)
+    url = executor_store_url(spark, sql)
+    return _via_jdbc(spark, url, streams, _offset_ranges(spark, sql, streams))

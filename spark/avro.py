@@ -108,11 +108,27 @@ def _registry_spec(registry: SchemaRegistry) -> dict[str, Any]:
     if isinstance(registry, SqlSchemaRegistry):
         url = registry.store.engine.url.render_as_string(hide_password=False)
         return {"kind": "sql", "url": url}
-    raise TypeError(f"from_avro_udf cannot ship a {type(registry).__name__} to Spark workers")
+    raise TypeError(f"cannot ship a {type(registry).__name__} to Spark workers")
 
 
-def _worker_serde(spec: dict[str, Any]) -> AvroSerde:
-    """This worker process's serde for ``spec``, built on first use."""
+def serde_spec(serde: AvroSerde, *, reader_schema: Any = None) -> dict[str, Any]:
+    """A picklable description of ``serde`` that Spark's Python workers rebuild it from
+    (``worker_serde``); ``reader_schema`` replaces the serde's own when given.
+
+    Raises:
+        ValueError: The registry is confluent-kafka's in-process mock.
+        TypeError: A registry that cannot be described.
+    """
+    return {
+        "schema": serde.schema,
+        "reader_schema": reader_schema if reader_schema is not None else serde.reader_schema,
+        "subject": serde.subject,
+        "registry": _registry_spec(serde.registry),
+    }
+
+
+def worker_serde(spec: dict[str, Any]) -> AvroSerde:
+    """This worker process's serde for ``spec`` (``serde_spec``), built on first use."""
     key = json.dumps(spec, sort_keys=True)
     serde = _WORKER_SERDES.get(key)
     if serde is None:
@@ -129,7 +145,12 @@ def _worker_serde(spec: dict[str, Any]) -> AvroSerde:
                     )
                 else:
                     registry = spec["registry"]["url"]
-                serde = AvroSerde(spec["schema"], registry=registry, reader_schema=spec["schema"])
+                serde = AvroSerde(
+                    spec["schema"],
+                    registry=registry,
+                    subject=spec["subject"],
+                    reader_schema=spec["reader_schema"],
+                )
                 _WORKER_SERDES[key] = serde
     return serde
 
@@ -162,7 +183,7 @@ def from_avro_udf(schema_or_serde: Any, *, stream: str = "spark", on_error: str 
     else:
         serde = AvroSerde(schema_or_serde)
     schema = serde.reader_schema or serde.schema
-    spec = {"schema": schema, "registry": _registry_spec(serde.registry)}
+    spec = serde_spec(serde, reader_schema=schema)
     spark_type = avro_spark_type(schema)
     raise_errors = on_error == "raise"
 
@@ -188,7 +209,7 @@ def _decode_all(
     payloads: pd.Series, spec: dict[str, Any], stream: str, raise_errors: bool
 ) -> list[Any]:
     """Decode a batch in a worker; ``None`` for nulls, and for errors unless they raise."""
-    worker = _worker_serde(spec)
+    worker = worker_serde(spec)
     values: list[Any] = []
     for data in payloads:
         if data is None:

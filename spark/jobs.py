@@ -28,7 +28,7 @@ from bolide.facade.errors import BolideError
 from bolide.facade.kafka import ensure_topic
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.spark._archive import load_archive, records_by_stream
+from bolide.spark._archive import archive_partitions, executor_store_url, load_archive
 from bolide.spark._options import cluster_source_options
 from bolide.spark._resequence import resequenced
 from bolide.spark.kafka import has_connector, kafka_stream
@@ -158,29 +158,15 @@ def _check_store(store: str | SqlStore) -> None:
         opened.check_schema()
 
 
-def _store_batches(
-    store: str | SqlStore, batches: dict[str, list[Record]], serde: Any | None = None
-) -> int:
-    """Write one micro-batch; a store given by URL is opened per batch and closed again.
+def _shipped_serde(serde: Any | None) -> Any | None:
+    """What executors rebuild ``serde`` from: an ``AvroSerde``'s description, else itself."""
+    from bolide.facade.avro.serde import AvroSerde
 
-    With a ``serde``, the records' typed table (``bolide.stores.typed_archive``) is written in
-    the same transaction, as the ``Archiver`` writes it.
-    """
-    from bolide.stores import SqlStore
+    if isinstance(serde, AvroSerde):
+        from bolide.spark.avro import serde_spec
 
-    also = None
-    if serde is not None:
-        from bolide.stores.typed_archive import write_typed
-
-        def also(conn: Any) -> None:
-            for name, recs in batches.items():
-                if recs:
-                    write_typed(conn, name, recs, serde)
-
-    if isinstance(store, SqlStore):
-        return store.store_batches(batches, also=also)
-    with SqlStore(store) as opened:
-        return opened.store_batches(batches, also=also)
+        return serde_spec(serde)
+    return serde
 
 
 def _start(
@@ -220,18 +206,22 @@ def archive(
 ) -> StreamingQuery:
     """Archive a stream into the SQL history store with Structured Streaming.
 
-    Each micro-batch is written by ``SqlStore.store_batches``, which is idempotent on (stream,
-    partition, offset): a batch Spark replays after a crash or restart inserts nothing twice,
-    and the checkpoint ensures nothing is skipped. The store's schema must be current
-    (``bolide db upgrade``). With ``serde`` (the stream's ``AvroSerde``), each micro-batch also
-    fills the stream's typed table in the same transaction, as the ``Archiver`` does with its
+    Each Spark partition of a micro-batch is written by the executor holding it, one database
+    connection per task, through ``SqlStore.store_batches``, which is idempotent on (stream,
+    partition, offset): a task Spark retries, or a batch it replays after a crash or restart,
+    inserts nothing twice, and the checkpoint ensures nothing is skipped. The rows never pass
+    through the driver, which gets each task's counts for the ``BatchReport``. The store's
+    schema must be current (``bolide db upgrade``). With ``serde`` (the stream's
+    ``AvroSerde``), each micro-batch also fills the stream's typed table in the same
+    transactions, from the same executors, as the ``Archiver`` does with its
     ``serdes`` (docs/avro.md): payloads that do not decode stay in the raw archive only.
 
     Args (and those every job takes, in the module's docstring):
         stream: The stream to archive.
-        store: ``SqlStore`` or its SQLAlchemy URL.
+        store: ``SqlStore`` or its SQLAlchemy URL; the executors open it by its URL, so it
+            must be one they reach (a SQLite file serves a ``local[...]`` master only).
         checkpoint: Spark checkpoint directory; restarting with it resumes where it stopped.
-        max_offsets_per_trigger: Most records per micro-batch (and per transaction).
+        max_offsets_per_trigger: Most records per micro-batch.
         until_caught_up: Archive what the stream holds now, then stop (``availableNow``);
             false runs until ``query.stop()``.
         serde: The stream's serde (``AvroSerde``): also write its typed table.
@@ -241,7 +231,9 @@ def archive(
 
     Raises:
         TypeError: ``serde`` cannot decode typed rows (it is not an ``AvroSerde``).
+        StoreNotSharedError: A SQLite store with a master other than ``local[...]``.
     """
+    url = executor_store_url(spark, store)
     _check_store(store)
     _check_typed_serde(serde)
     df = read_stream(
@@ -254,20 +246,19 @@ def archive(
         options=options,
     )
     writer = df.writeStream.queryName(f"bolide-archive-{_stream(stream).name}")
-    writer = writer.foreachBatch(_archive_batches(store, serde, on_batch))
+    writer = writer.foreachBatch(_archive_batches(url, _shipped_serde(serde), on_batch))
     return _start(writer, checkpoint, until_caught_up, trigger_interval_s)
 
 
 def _archive_batches(
-    store: str | SqlStore, serde: Any | None, on_batch: BatchCallback | None
+    url: str, serde: Any | None, on_batch: BatchCallback | None
 ) -> Callable[[DataFrame, int], None]:
-    """The archive job's batch writer: each micro-batch in one transaction, then reported."""
+    """The archive job's batch writer: the executors write their partitions, the driver
+    gets the counts and reports."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
-        batches = records_by_stream(batch.toArrow())
-        rows = sum(len(r) for r in batches.values())
-        inserted = _store_batches(store, batches, serde) if rows else 0
+        rows, inserted = archive_partitions(batch, url, serde)
         report = BatchReport(batch_id, rows, inserted, 0, time.monotonic() - began)
         log.info("archive batch %d: %d rows, %d new", batch_id, rows, inserted)
         if on_batch is not None:

@@ -1,4 +1,5 @@
-"""Spark fixtures: ONE local SparkSession for every Spark test, and history stores.
+"""Spark fixtures: ONE SparkSession at a time (local, or on a standalone cluster started once
+per run), and history stores.
 
 A simulated log start reaches Spark's Python workers as a source option: the jobs (and the
 tests' readers) pass ``cluster_source_options(cluster)`` of a ``cluster_with_starts`` cluster.
@@ -16,22 +17,63 @@ pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 from tests.conftest import DATABASES, upgraded_db_url
+from tests.spark.standalone import Sessions, StandaloneCluster
+
+#: The cluster session's settings: small executors, no UI, and a driver that refuses results
+#: over 1 MiB, so a job that collects its rows to the driver fails there.
+CLUSTER_SETTINGS = {
+    "spark.driver.maxResultSize": "1m",
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The one local SparkSession of the test run (``local[2]``, UI off, 2 shuffle partitions)."""
-    from bolide.spark import spark_session
-
-    session = spark_session(
-        "bolide-tests",
-        config={
+def spark_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sessions]:
+    """The process's one SparkSession, local or on the standalone cluster."""
+    sessions = Sessions(
+        {
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
             "spark.sql.session.timeZone": "UTC",
-        },
+        }
     )
-    yield session
-    session.stop()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: Sessions) -> Any:
+    """The local SparkSession of the test run (``local[2]``, UI off, 2 shuffle partitions)."""
+    return spark_sessions.get("local[2]")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory, spark_sessions: Sessions
+) -> Iterator[StandaloneCluster]:
+    """A Spark standalone master and two workers (1 core, 1 GiB each), once per test run."""
+    standalone = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
+    try:
+        standalone.start(workers=2)
+        yield standalone
+    finally:
+        if spark_sessions.master == standalone.master_url:
+            spark_sessions.stop()
+        standalone.stop()
+
+
+@pytest.fixture
+def cluster_spark(spark_sessions: Sessions, spark_cluster: StandaloneCluster) -> Any:
+    """A SparkSession on the standalone cluster: executors in the workers' JVMs, a driver
+    refusing results over 1 MiB (``CLUSTER_SETTINGS``)."""
+    return spark_sessions.get(spark_cluster.master_url, CLUSTER_SETTINGS)
 
 
 @pytest.fixture(params=DATABASES)
