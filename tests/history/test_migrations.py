@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from bolide.facade import Record, SchemaOutOfDateError, StoreError
 from bolide.stores import SqlStore
 from bolide.stores._migrate import alembic_config, script_directory
-from bolide.stores._schema import VERSION_TABLE, metadata
+from bolide.stores.schema import VERSION_TABLE, metadata
 
 HISTORY_TABLES = {"bolide_records", "bolide_record_headers"}
 
