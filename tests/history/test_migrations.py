@@ -133,6 +133,13 @@ def test_models_match_migrations(db_url: str) -> None:
             assert compare_metadata(context, metadata) == []
 
 
+def test_the_schema_names_every_table_the_revisions_create(db_url: str) -> None:
+    """``bolide.stores.schema`` (what ``migrations/env.py`` compares) holds every table."""
+    with SqlStore(db_url) as store:
+        store.upgrade()
+        assert tables(store) - {VERSION_TABLE} == set(metadata.tables)
+
+
 def test_offline_mode_emits_sql(tmp_path: Path) -> None:
     config = alembic_config()
     config.cmd_opts = None
