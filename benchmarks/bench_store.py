@@ -55,8 +55,8 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.stores import Archiver, SqlStore
-from bolide.stores._schema import HEADERS, RECORDS
 from bolide.stores.durable_registry import SqlDurableRegistry
+from bolide.stores.schema import HEADERS, RECORDS
 
 __all__ = ["Row", "bench", "main", "run"]
 

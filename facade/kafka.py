@@ -22,6 +22,7 @@ from bolide.facade.errors import (
     BrokerError,
     StreamConfigMismatchError,
 )
+from bolide.facade.ports import DurableClient
 
 T = TypeVar("T")
 
@@ -31,12 +32,14 @@ __all__ = [
     "admin_client",
     "admin_config",
     "broker_setting",
+    "client_backlog",
     "committed_offsets",
     "ensure_topic",
     "log_ends",
     "log_starts",
     "new_client",
     "offsets_for_time",
+    "partition_counts",
     "probe_consumer",
 ]
 
@@ -154,6 +157,23 @@ def partition_count(admin: AdminClient, topic: str) -> int | None:
     if info is None or info.error is not None or not info.partitions:
         return None
     return len(info.partitions)
+
+
+def partition_counts(cluster: Cluster, *, timeout_s: float = _TIMEOUT_S) -> dict[str, int]:
+    """Partition count of every topic (one metadata request).
+
+    Raises:
+        BrokerError: The cluster did not answer.
+    """
+    try:
+        metadata = admin_client(cluster).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics: {exc.args[0].str()}", retriable=True) from exc
+    return {
+        name: len(t.partitions)
+        for name, t in metadata.topics.items()
+        if t.error is None and t.partitions
+    }
 
 
 def _check_configs(admin: AdminClient, stream: StreamConfig) -> None:
@@ -462,5 +482,32 @@ def offsets_for_time(
             return answers
         starts = log_starts(consumer, topic, parts, cluster=cluster)
         return confirm_time_offsets(consumer, topic, answers, when_ms, starts, ends)
+    finally:
+        consumer.close()
+
+
+def client_backlog(cluster: Cluster, client: DurableClient) -> dict[str, dict[int, int]]:
+    """Records waiting for a durable client: end offset minus position, per stream and partition.
+
+    A partition without a committed position counts from the first record Kafka holds. A
+    stream whose topic no longer exists is left out.
+    """
+    admin = admin_client(cluster)
+    consumer = probe_consumer(cluster, **{"group.id": client.group_id})
+    try:
+        out: dict[str, dict[int, int]] = {}
+        for stream in client.streams:
+            count = partition_count(admin, stream)
+            if not count:
+                continue
+            parts = range(count)
+            ends = log_ends(cluster, stream, parts)
+            starts = log_starts(consumer, stream, parts, cluster=cluster)
+            committed = committed_offsets(consumer, [TopicPartition(stream, p) for p in parts])
+            out[stream] = {}
+            for tp in committed:
+                position = tp.offset if tp.offset >= 0 else starts[tp.partition]
+                out[stream][tp.partition] = max(0, ends[tp.partition] - position)
+        return out
     finally:
         consumer.close()

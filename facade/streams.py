@@ -28,7 +28,7 @@ from bolide.facade.errors import (
     ReceiverAlreadyAttachedError,
 )
 from bolide.facade.health import Health
-from bolide.facade.ops.inventory import partition_counts
+from bolide.facade.kafka import partition_counts
 from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.receiver import (
     AsyncRecordHandler,

@@ -18,8 +18,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 from sqlalchemy.engine import Connection
 
-from bolide.stores._schema import VERSION_TABLE, metadata
-from bolide.stores.typed_archive import is_typed_table
+from bolide.stores.schema import VERSION_TABLE, is_typed_table, metadata
 
 config = context.config
 

@@ -1,11 +1,15 @@
-"""History store: the SQL archive behind Kafka (``SqlStore``) and the archiver that fills it."""
+"""History store: the SQL archive behind Kafka (``SqlStore``) and the archiver that fills it.
 
-from bolide.stores._capacity import require_delete_records
-from bolide.stores.archiver import Archiver, ArchiverStats, ProgressCallback
+One folder per concept (docs/architecture.md draws the layers): ``archive`` (the archiver, the
+typed archive), ``outbox``, ``deadletters`` (the workbench), ``dialects`` (what differs per
+database) and ``schema`` (every table, the one module ``bolide.migrations`` imports); beside
+them ``store`` (``SqlStore``), ``positions``, ``durable_registry`` and ``schema_registry``.
+"""
+
+from bolide.stores.archive import Archiver, ArchiverStats, ProgressCallback, require_delete_records
 from bolide.stores.deadletters import DeadLetter, DeadLetters
 from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
-from bolide.stores.outbox import Outbox
-from bolide.stores.outbox_relay import AsyncOutboxRelay, OutboxRelay, RelayConfig, RelayStats
+from bolide.stores.outbox import AsyncOutboxRelay, Outbox, OutboxRelay, RelayConfig, RelayStats
 from bolide.stores.positions import SqlPositions
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.store import SqlStore

@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 import bolide.migrations
-from bolide.stores._schema import VERSION_TABLE
+from bolide.stores.schema import VERSION_TABLE
 
 __all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
 

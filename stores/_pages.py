@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._inserts import on_driver
+from bolide.stores.dialects import on_driver
 
 __all__ = ["ESCAPED_NAME_MARK", "header_name", "read_page", "stored_name"]
 

@@ -24,8 +24,9 @@ from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, RowMapping
 
 from bolide.facade.errors import DurableClientBusyError
-from bolide.facade.ports import Claim, ClaimState, Closing, DurableClient, now_ms
-from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
+from bolide.facade.ports import Claim, ClaimState, DurableClient, now_ms
+from bolide.facade.support import Closing
+from bolide.stores.schema import DURABLE_CLIENTS, DURABLE_MARKERS
 from bolide.stores.store import SqlStore
 
 __all__ = ["Claim", "ClaimState", "DurableClient", "SqlDurableRegistry"]

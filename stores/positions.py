@@ -22,10 +22,11 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError
 
 from bolide.facade.errors import NotAssignedError
-from bolide.facade.ports import Closing, now_ms
+from bolide.facade.ports import now_ms
+from bolide.facade.support import Closing
 from bolide.facade.validate import check_int
-from bolide.stores._positions_schema import POSITIONS
 from bolide.stores.dialects import dialect_of
+from bolide.stores.schema import POSITIONS
 from bolide.stores.store import SqlStore
 
 __all__ = ["SqlPositions"]

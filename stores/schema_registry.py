@@ -24,8 +24,8 @@ from bolide.facade.avro.registry import (
     schema_text,
 )
 from bolide.facade.errors import SchemaNotFoundError
-from bolide.stores._registry_schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
 from bolide.stores.dialects import dialect_of
+from bolide.stores.schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
 from bolide.stores.store import SqlStore
 
 __all__ = ["SqlSchemaRegistry"]

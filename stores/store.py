@@ -17,16 +17,23 @@ from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
-from bolide.facade.ports import Closing
 from bolide.facade.record import Record
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
+from bolide.facade.support import Closing
 from bolide.facade.validate import check_int
 from bolide.stores import _migrate
-from bolide.stores._inserts import HeaderRow, RecordRow
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
-from bolide.stores._schema import RECORDS
-from bolide.stores.dialects import DIALECTS, SqlDialect, describe_error, dialect_of, retriable
+from bolide.stores.dialects import (
+    DIALECTS,
+    HeaderRow,
+    RecordRow,
+    SqlDialect,
+    describe_error,
+    dialect_of,
+    retriable,
+)
+from bolide.stores.schema import RECORDS
 
 __all__ = ["SqlStore"]
 

@@ -24,7 +24,7 @@ from bolide.facade.cli.common import (
 from bolide.facade.config import StreamConfig
 from bolide.facade.errors import StoreError
 from bolide.facade.ops.text import render_bytes, table
-from bolide.stores.archiver import Archiver, ArchiverStats
+from bolide.stores.archive import Archiver, ArchiverStats
 from bolide.stores.dialects import dialect_of
 from bolide.stores.store import SqlStore
 

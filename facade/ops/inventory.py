@@ -18,7 +18,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from bolide.facade.config import Cluster
 from bolide.facade.errors import AuthorizationError, BolideError, BrokerError
-from bolide.facade.kafka import admin_client, log_ends, log_starts, probe_consumer
+from bolide.facade.kafka import (
+    admin_client,
+    log_ends,
+    log_starts,
+    partition_counts,
+    probe_consumer,
+)
 
 __all__ = [
     "PROBE_GROUP_PREFIX",
@@ -360,16 +366,3 @@ def list_topics(
     finally:
         consumer.close()
     return out
-
-
-def partition_counts(cluster: Cluster, *, timeout_s: float = _TIMEOUT_S) -> dict[str, int]:
-    """Partition count of every topic (one metadata request)."""
-    try:
-        metadata = admin_client(cluster).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise _broker_error("cannot list topics", exc) from exc
-    return {
-        name: len(t.partitions)
-        for name, t in metadata.topics.items()
-        if t.error is None and t.partitions
-    }

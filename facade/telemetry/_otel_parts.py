@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar, cast
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.textmap import Getter
 
-from bolide.facade.ops.durables import client_backlog
+from bolide.facade.kafka import client_backlog
 from bolide.facade.record import Headers
 
 __all__ = [

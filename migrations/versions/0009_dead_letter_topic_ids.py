@@ -3,7 +3,7 @@ topic's id and the dead letter's own timestamp, so a topic deleted and created a
 offsets start over at 0) is never taken for the one a row was written about.
 
 Rows written before this revision get ``topic_id`` ``''`` (unknown incarnation) and a NULL
-``timestamp_ms``; ``bolide.stores._letter_books`` says what such a row still covers.
+``timestamp_ms``; ``bolide.stores.deadletters._books`` says what such a row still covers.
 
 Revision ID: 0009
 Revises: 0008

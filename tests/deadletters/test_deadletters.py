@@ -28,7 +28,7 @@ from bolide.facade.deadletter import (
     letter,
 )
 from bolide.stores import DeadLetter, DeadLetters
-from bolide.stores._dead_letter_schema import REPLAYS
+from bolide.stores.schema import REPLAYS
 from tests.deadletters.conftest import ARCHIVE_ONLY, Letters, end_of, log_start, read_all
 from tests.deadletters.test_filter_guard import ENDLESS
 
@@ -265,7 +265,7 @@ def test_a_replay_that_died_mid_way_publishes_nothing_twice(
                     claimed_ms=claimed,
                 )
             )
-    with caplog.at_level(logging.WARNING, logger="bolide.stores._letter_replay"):
+    with caplog.at_level(logging.WARNING, logger="bolide.stores.deadletters._replay"):
         assert letters.workbench.replay(stream=dead, to=out.name) == 1  # 6 only
     assert f"1 dead letters (first: {dead}/0/7) were claimed by another replay" in caplog.text
     counts = Counter(_origin(r) for r in read_all(letters.cluster, out))

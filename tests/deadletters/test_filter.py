@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from bolide.facade import DeadLetterFilterError
 from bolide.stores import DeadLetter
-from bolide.stores._letter_filter import COLUMN_NAMES, check_filter, select_ids
-from bolide.stores._letter_guard import FILTER_ROLE
+from bolide.stores.deadletters._filter import COLUMN_NAMES, check_filter, select_ids
+from bolide.stores.dialects import FILTER_ROLE
 
 
 def _letter(offset: int, **fields: object) -> DeadLetter:

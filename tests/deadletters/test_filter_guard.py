@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from bolide.facade import DeadLetterFilterError, StoreError
-from bolide.stores._letter_filter import check_filter, select_ids
-from bolide.stores._letter_guard import FILTER_ROLE
+from bolide.stores.deadletters._filter import check_filter, select_ids
+from bolide.stores.dialects import FILTER_ROLE
 from tests.conftest import make_db_url
 from tests.deadletters.test_filter import LETTERS, _letter
 

@@ -12,9 +12,8 @@ from alembic.runtime.migration import MigrationContext
 
 from bolide.facade import DurableClientBusyError, StoreError
 from bolide.stores import SqlStore
-from bolide.stores._durable_schema import DURABLE_CLIENTS, DURABLE_MARKERS
-from bolide.stores._schema import VERSION_TABLE
 from bolide.stores.durable_registry import SqlDurableRegistry
+from bolide.stores.schema import DURABLE_CLIENTS, DURABLE_MARKERS, VERSION_TABLE
 
 
 def _register(reg: SqlDurableRegistry, owner: str, *, timeout_s: float = 60, lease_ms: int = 5_000):

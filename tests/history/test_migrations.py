@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from bolide.facade import Record, SchemaOutOfDateError, StoreError
 from bolide.stores import SqlStore
 from bolide.stores._migrate import alembic_config, script_directory
-from bolide.stores._schema import VERSION_TABLE, metadata
+from bolide.stores.schema import VERSION_TABLE, metadata
 
 HISTORY_TABLES = {"bolide_records", "bolide_record_headers"}
 
@@ -131,6 +131,13 @@ def test_models_match_migrations(db_url: str) -> None:
                 },
             )
             assert compare_metadata(context, metadata) == []
+
+
+def test_the_schema_names_every_table_the_revisions_create(db_url: str) -> None:
+    """``bolide.stores.schema`` (what ``migrations/env.py`` compares) holds every table."""
+    with SqlStore(db_url) as store:
+        store.upgrade()
+        assert tables(store) - {VERSION_TABLE} == set(metadata.tables)
 
 
 def test_offline_mode_emits_sql(tmp_path: Path) -> None:

@@ -4,6 +4,10 @@ Everything that depends on the database (its insert-or-ignore, its bulk path, ho
 columns, its locks, its read-only mode, its JDBC URL for Spark) is a method of ``SQLite`` or
 ``PostgreSQL``; the rest of ``bolide.stores`` (and the command line and Spark above it) asks
 ``dialect_of(...)`` and never compares database names. Any other database is refused at once.
+
+The per-database parts that the objects pick between live beside them: the bulk inserts
+(``_inserts``), what a dead-letter filter may do (``_filter_guards``), how an outbox relay holds
+its rows (``_relay_scopes``) and marks them sent (``_outbox_marks``).
 """
 
 from __future__ import annotations
@@ -20,11 +24,16 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from bolide.facade.errors import StoreError
-from bolide.stores import _inserts
-from bolide.stores._inserts import HeaderRow, RecordRow
-from bolide.stores._letter_guard import FilterGuard, PostgreSQLGuard, SQLiteGuard
-from bolide.stores._outbox_marks import Sent, mark_each, mark_unnest
-from bolide.stores._outbox_scopes import (
+from bolide.stores.dialects import _inserts
+from bolide.stores.dialects._filter_guards import (
+    FILTER_ROLE,
+    FilterGuard,
+    PostgreSQLGuard,
+    SQLiteGuard,
+)
+from bolide.stores.dialects._inserts import HeaderRow, RecordRow, on_driver
+from bolide.stores.dialects._outbox_marks import Sent, mark_each, mark_unnest
+from bolide.stores.dialects._relay_scopes import (
     EachStep,
     FileGuard,
     NoGuard,
@@ -34,11 +43,19 @@ from bolide.stores._outbox_scopes import (
 )
 
 __all__ = [
+    "FILTER_ROLE",
+    "FilterGuard",
+    "HeaderRow",
     "PostgreSQL",
+    "RecordRow",
+    "RelayGuard",
+    "RelayScope",
     "SQLite",
+    "Sent",
     "SqlDialect",
     "describe_error",
     "dialect_of",
+    "on_driver",
     "retriable",
 ]
 
@@ -113,7 +130,7 @@ class SqlDialect:
         raise NotImplementedError
 
     def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
-        """What this database enforces on a dead-letter filter (``_letter_guard``): it reads
+        """What this database enforces on a dead-letter filter (``_filter_guards``): it reads
         only the dead letters' columns, calls only ``functions``, and stops after
         ``timeout_ms``."""
         raise NotImplementedError

@@ -1,4 +1,4 @@
-"""How Avro schemas become typed-archive columns (``bolide.stores.typed_archive``): the kind of
+"""How Avro schemas become typed-archive columns (``bolide.stores.archive._typed``): the kind of
 each field's values, the SQL type that stores a kind, and a decoded value as a column value."""
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from bolide.facade.kafka import (
 )
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._outbox_claims import Row
-from bolide.stores._outbox_schema import unpack_headers
+from bolide.stores.outbox._claims import Row
+from bolide.stores.schema import unpack_headers
 
 __all__ = ["MARKER_TOPIC", "Marker", "Publishers", "final", "record_of"]
 

@@ -1,20 +1,20 @@
 """The dead-letter workbench's tables as SQLAlchemy Core objects (revisions ``0008``, ``0009``).
 
-They live on the history tables' ``metadata`` so that ``alembic check`` compares them too.
+They live on the schema's one ``metadata`` so that ``alembic check`` compares them too.
 A row names its dead letter by its place in the dead-letter stream, ``(stream,
 kafka_partition, kafka_offset)``, and by which letter held that place: ``topic_id``, the
 dead-letter topic's id when the letter was read from Kafka (a topic deleted and created again
 gets a new one and starts its offsets over), and ``timestamp_ms``, the letter's own timestamp,
 which also names it once only the archive holds it. ``topic_id`` ``''`` is an unknown
 incarnation: rows written before ``0009``, letters read from the archive alone, brokers that
-report no topic ids. ``bolide.stores._letter_books`` decides which row covers which letter.
+report no topic ids. ``bolide.stores.deadletters._books`` decides which row covers which letter.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from bolide.stores._schema import metadata
+from bolide.stores.schema._metadata import metadata
 
 __all__ = ["PURGES", "REPLAYS", "UNKNOWN_TOPIC"]
 

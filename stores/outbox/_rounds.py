@@ -24,7 +24,8 @@ from confluent_kafka import KafkaException
 
 from bolide.facade.errors import ProducerFencedError, PublishError, TransactionError
 from bolide.facade.record import Record
-from bolide.stores._outbox_claims import (
+from bolide.stores.dialects import Sent
+from bolide.stores.outbox._claims import (
     Row,
     claim,
     claim_batch,
@@ -35,8 +36,7 @@ from bolide.stores._outbox_claims import (
     settle,
     start_epoch,
 )
-from bolide.stores._outbox_kafka import Marker, Publishers, final, record_of
-from bolide.stores._outbox_marks import Sent
+from bolide.stores.outbox._kafka import Marker, Publishers, final, record_of
 from bolide.stores.store import SqlStore
 
 __all__ = ["AtLeastOnce", "Done", "ExactlyOnce"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from bolide.stores._outbox_schema import OUTBOX
+from bolide.stores.schema import OUTBOX
 
 __all__ = ["Sent", "mark_each", "mark_unnest"]
 

@@ -9,8 +9,8 @@ only in Kafka are filtered exactly like archived ones. Two things stand in its w
   bound-parameter marker, only the functions of ``FUNCTIONS``). It reads the text as one lexer
   would; a database may read it otherwise, so it is not what keeps the filter in bounds.
 - the database itself, which does: a connection of its own in read-only mode (the dialect's
-  ``read_only``) and the dialect's ``filter_guard`` (``_letter_guard``), under which the filter
-  reads none of the database's tables, and stops after ``WHERE_TIMEOUT_MS``.
+  ``read_only``) and the dialect's ``filter_guard`` (``dialects._filter_guards``), under which
+  the filter reads none of the database's tables, and stops after ``WHERE_TIMEOUT_MS``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from sqlalchemy import exc
 from sqlalchemy.pool import NullPool
 
 from bolide.facade.errors import DeadLetterFilterError
-from bolide.stores._letter_guard import FilterGuard
-from bolide.stores.dialects import SqlDialect, describe_error, dialect_of
+from bolide.stores.dialects import FilterGuard, SqlDialect, describe_error, dialect_of
 
 __all__ = ["COLUMNS", "FUNCTIONS", "WHERE_TIMEOUT_MS", "check_filter", "select_ids"]
 
@@ -245,8 +244,8 @@ def select_ids(
 ) -> set[str]:
     """The ids of ``rows`` (dicts keyed by ``COLUMN_NAMES``) for which ``expression`` is true,
     asked of the database at ``url`` on a connection of its own (closed afterwards, never
-    pooled), read-only and guarded by the database (``_letter_guard``): the filter reads only
-    the rows' columns, and all of its statements together stop after ``timeout_ms``.
+    pooled), read-only and guarded by the database (``dialects._filter_guards``): the filter
+    reads only the rows' columns, and all of its statements together stop after ``timeout_ms``.
 
     Raises:
         DeadLetterFilterError: The database refused the expression, it tried a change, it

@@ -3,7 +3,7 @@
 A dead letter's place, ``(stream, partition, offset)``, does not name it for ever: a topic
 deleted and created again starts its offsets over at 0, so a new dead letter takes the place
 of an old one. Each row of ``bolide_dead_letter_replays`` and ``bolide_dead_letter_purges``
-therefore also says which letter it was written about (``_dead_letter_schema``): the topic's id
+therefore also says which letter it was written about (``bolide.stores.schema``): the topic's id
 when the letter was read from Kafka, and the letter's timestamp. A row covers a letter at its
 place when:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from bolide.stores._dead_letter_schema import UNKNOWN_TOPIC
+from bolide.stores.schema import UNKNOWN_TOPIC
 
 __all__ = ["Books", "Entry", "Letter", "Place", "Replayed", "covering"]
 

@@ -7,8 +7,12 @@ stream through the splice (the history store below Kafka's log start, Kafka from
 sees archived dead letters and those still only in Kafka alike, with no archiver run first.
 Replays and purges are kept in the store (revisions ``0008``, ``0009``), each naming its dead
 letter by place, topic id and timestamp, so that a topic deleted and created again is never
-taken for the one they were written about (``_letter_books``). docs/dead-letters.md has the
-whole story.
+taken for the one they were written about (``_books``). docs/dead-letters.md has the whole
+story.
+
+The workbench's parts beside it: reading a stream through the splice (``_scan``), ``where``
+filters (``_filter``), which replay and purge rows cover which letter (``_books``), replaying
+(``_replay``) and purging (``_purge``).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ from bolide.facade.deadletter import (
 )
 from bolide.facade.errors import DeadLetterNotFoundError, DeadLetterSourceError
 from bolide.facade.record import Record, trusted_record
-from bolide.stores._letter_books import Books, Letter
-from bolide.stores._letter_filter import WHERE_TIMEOUT_MS, check_filter, select_ids
-from bolide.stores._letter_purge import mark_and_delete, purged, trim_kafka
-from bolide.stores._letter_replay import Job, Replay, replay_targets
-from bolide.stores._letter_scan import StreamRead, read_one, read_stream
+from bolide.stores.deadletters._books import Books, Letter
+from bolide.stores.deadletters._filter import WHERE_TIMEOUT_MS, check_filter, select_ids
+from bolide.stores.deadletters._purge import mark_and_delete, purged, trim_kafka
+from bolide.stores.deadletters._replay import Job, Replay, replay_targets
+from bolide.stores.deadletters._scan import StreamRead, read_one, read_stream
 from bolide.stores.store import SqlStore
 
 __all__ = ["DeadLetter", "DeadLetters"]
@@ -318,7 +322,7 @@ class DeadLetters:
             stream: The dead-letter stream.
             to: The stream to publish to; ``None``: each dead letter's ``bolide.source`` stream.
             where: An SQL expression over the dead letters' columns (``COLUMNS`` in
-                ``bolide.stores._letter_filter``, listed in docs/dead-letters.md), e.g.
+                ``bolide.stores.deadletters._filter``, listed in docs/dead-letters.md), e.g.
                 ``"reason = 'failed' AND source_offset >= 100"``; checked, then run read-only by
                 the database, which keeps it to those columns and to ``where_timeout_ms``.
             claim_timeout_s: A claim another replay left unfinished is taken over only when

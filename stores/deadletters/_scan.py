@@ -27,8 +27,8 @@ from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
 from bolide.facade.kafka import admin_client, log_ends, log_starts, partition_count, probe_consumer
 from bolide.facade.record import Record, record_from_message
-from bolide.stores._letter_books import Letter
-from bolide.stores._schema import RECORDS
+from bolide.stores.deadletters._books import Letter
+from bolide.stores.schema import RECORDS
 from bolide.stores.store import SqlStore
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The durable client registry tables as SQLAlchemy Core objects (revision ``0003``).
 
-They live on the history tables' ``metadata`` so that ``alembic check`` compares them too.
+They live on the schema's one ``metadata`` so that ``alembic check`` compares them too.
 Times are Unix epoch milliseconds (``BIGINT``), like Kafka's record timestamps: one type on
 SQLite and PostgreSQL, and directly comparable with ``Record.timestamp_ms``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from bolide.stores._schema import metadata
+from bolide.stores.schema._metadata import metadata
 
 __all__ = ["DURABLE_CLIENTS", "DURABLE_MARKERS"]
 

@@ -6,6 +6,9 @@ first and a rollback leaves an event for a change that never happened; commit fi
 loses the event. ``Outbox.add`` writes the record to ``bolide_outbox`` through the
 application's connection, so it commits or rolls back with the application's rows; a relay
 (``Outbox.relay``, ``bolide outbox relay``) publishes what committed, in commit order per key.
+
+The relay's parts beside it: the relay thread (``_relay``), one round of claim, publish and
+mark (``_rounds``), the SQL of claiming (``_claims``) and the Kafka side (``_kafka``).
 """
 
 from __future__ import annotations
@@ -19,13 +22,19 @@ from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.ports import now_ms
 from bolide.facade.record import MESSAGE_GROUP_HEADER, Record
 from bolide.facade.validate import check_int
-from bolide.stores._outbox_claims import pending_count
-from bolide.stores._outbox_schema import OUTBOX, lane_of, pack_headers
 from bolide.stores.dialects import dialect_of
-from bolide.stores.outbox_relay import AsyncOutboxRelay, OutboxRelay, RelayConfig, check_store
+from bolide.stores.outbox._claims import pending_count
+from bolide.stores.outbox._relay import (
+    AsyncOutboxRelay,
+    OutboxRelay,
+    RelayConfig,
+    RelayStats,
+    check_store,
+)
+from bolide.stores.schema import OUTBOX, lane_of, pack_headers
 from bolide.stores.store import SqlStore
 
-__all__ = ["Outbox"]
+__all__ = ["AsyncOutboxRelay", "Outbox", "OutboxRelay", "RelayConfig", "RelayStats"]
 
 #: Where a pooled connection keeps the identity of its database (asked once per connection).
 _IDENTITY = "bolide.outbox.database"

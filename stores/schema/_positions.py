@@ -1,13 +1,13 @@
 """The positions table as a SQLAlchemy Core object (revisions ``0004`` and ``0006``).
 
-It lives on the history tables' ``metadata`` so that ``alembic check`` compares it too.
+It lives on the schema's one ``metadata`` so that ``alembic check`` compares it too.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from bolide.stores._schema import metadata
+from bolide.stores.schema._metadata import metadata
 
 __all__ = ["POSITIONS"]
 

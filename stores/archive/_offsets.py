@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts
-from bolide.stores._capacity import trim
+from bolide.stores.archive._capacity import trim
 
 __all__ = ["TP", "ArchiveOffsets", "log_commit_errors", "reached"]
 

@@ -28,10 +28,11 @@ from bolide.facade.errors import (
     PublishError,
     StoreError,
 )
+from bolide.facade.support import Closing
 from bolide.facade.validate import check_int, check_seconds
-from bolide.stores._outbox_claims import pending_count, pending_streams
-from bolide.stores._outbox_kafka import Marker, Publishers, final
-from bolide.stores._outbox_rounds import AtLeastOnce, Done, ExactlyOnce
+from bolide.stores.outbox._claims import pending_count, pending_streams
+from bolide.stores.outbox._kafka import Marker, Publishers, final
+from bolide.stores.outbox._rounds import AtLeastOnce, Done, ExactlyOnce
 from bolide.stores.store import SqlStore
 
 __all__ = ["AsyncOutboxRelay", "OutboxRelay", "RelayConfig", "RelayStats"]
@@ -137,7 +138,7 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, BrokerError)
 
 
-class OutboxRelay:
+class OutboxRelay(Closing):
     """Publishes an outbox's committed rows in a background thread (``Outbox.relay``).
 
     It starts in the constructor: a stream with pending rows that does not exist, a second
@@ -321,17 +322,6 @@ class OutboxRelay:
             error, self._error = self._error, None
             raise error
         return self.stats
-
-    def __enter__(self) -> OutboxRelay:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = self.config.transactional_id

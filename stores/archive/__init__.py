@@ -4,6 +4,10 @@ Each batch is written in one database transaction, and only after that transacti
 the Kafka offsets committed (synchronously). Killed at any moment, the archiver restarts from
 the last committed offsets: records written but not yet committed in Kafka are read again and
 skipped by the table's primary key, so no row is lost and none is duplicated.
+
+The archive's parts beside it: the archiver's Kafka offsets (``_offsets``), trimming a stream's
+log once archived (``_capacity``), and the typed archive of Avro streams (``_typed``, its
+columns in ``_avro_columns``; public as ``bolide.stores.typed_archive``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -27,15 +30,24 @@ from bolide.facade.kafka import (
 )
 from bolide.facade.ports import ArchiveStore, HistoryStore
 from bolide.facade.record import Record, record_from_message
+from bolide.facade.support import Closing
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
-from bolide.stores._archive_offsets import TP, ArchiveOffsets, log_commit_errors, reached
-from bolide.stores._capacity import require_delete_records
-from bolide.stores.typed_archive import write_typed
+from bolide.stores.archive._capacity import require_delete_records, trim
+from bolide.stores.archive._offsets import TP, ArchiveOffsets, log_commit_errors, reached
+from bolide.stores.archive._typed import RejectHandler, write_typed
 
-__all__ = ["Archiver", "ArchiverStats", "ProgressCallback"]
+__all__ = [
+    "Archiver",
+    "ArchiverStats",
+    "ProgressCallback",
+    "RejectHandler",
+    "require_delete_records",
+    "trim",
+    "write_typed",
+]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bolide.stores.archiver")
 
 #: Archiver consumer defaults (over CONSUMER_DEFAULTS): a restarted archiver takes over the
 #: partitions of a killed one after the session timeout, so keep it shorter than Kafka's 45 s.
@@ -78,7 +90,7 @@ class ArchiverStats:
 ProgressCallback = Callable[[ArchiverStats], None]
 
 
-class Archiver:
+class Archiver(Closing):
     """Copies streams from Kafka into a history store, in its own consumer group.
 
     Args:
@@ -92,7 +104,7 @@ class Archiver:
         progress_interval_s: Seconds between progress calls.
         max_backoff_s: Longest wait between retries of a failed database write.
         serdes: Serdes by stream name (``AvroSerde``): those streams also fill their typed
-            table (``bolide.stores.typed_archive``) in the same transaction. Needs a SqlStore.
+            table (``bolide.stores.archive._typed``) in the same transaction. Needs a SqlStore.
         error_handler: ``fn(summary, error)`` for failures the archiver goes on after (typed
             rows the database refuses) and for the one that stops a ``start()``-ed archiver;
             logs if unset.
@@ -207,16 +219,9 @@ class Archiver:
             lag=lag,
         )
 
-    def __enter__(self) -> Archiver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def close(self, timeout_s: float = 30.0) -> ArchiverStats:
+        """``stop()``, under the name ``with archiver:`` calls on exit."""
+        return self.stop(timeout_s)
 
     # -- the loop ---------------------------------------------------------------------------
 

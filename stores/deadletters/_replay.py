@@ -9,7 +9,7 @@ the two transactions. The later replay looks for it in the target stream (a reco
 without publishing when it is there; it publishes it again only when it is not there and the
 claim is older than ``claim_timeout_s`` (younger claims may belong to a replay still running).
 
-A row names its dead letter by place, topic id and timestamp (``_letter_books``): a dead letter
+A row names its dead letter by place, topic id and timestamp (``_books``): a dead letter
 of a topic deleted and created again is a new dead letter, replayed even where the previous
 incarnation's letter at the same place was.
 """
@@ -33,9 +33,9 @@ from bolide.facade.errors import PublishError
 from bolide.facade.kafka import offsets_for_time
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
-from bolide.stores._dead_letter_schema import REPLAYS
-from bolide.stores._letter_books import Entry, Letter, Replayed, covering
-from bolide.stores._letter_scan import kafka_bounds, read_kafka, reader
+from bolide.stores.deadletters._books import Entry, Letter, Replayed, covering
+from bolide.stores.deadletters._scan import kafka_bounds, read_kafka, reader
+from bolide.stores.schema import REPLAYS
 from bolide.stores.store import SqlStore
 
 __all__ = ["Job", "Replay", "replay_targets"]
@@ -61,7 +61,7 @@ class Job:
     Attributes:
         letter: The dead letter.
         target: The stream to publish it to.
-        which: Which letter it is at its place (``_letter_books``).
+        which: Which letter it is at its place (``_books``).
         topic_id: The ``topic_id`` of its row: ``which``'s, or that of the row found for it.
     """
 

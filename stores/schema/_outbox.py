@@ -1,7 +1,7 @@
 """The outbox tables as SQLAlchemy Core objects (revision ``0007``), and how a row keeps a
 record: its lane (the ordering key) and its headers.
 
-They live on the history tables' ``metadata`` so that ``alembic check`` compares them too.
+They live on the schema's one ``metadata`` so that ``alembic check`` compares them too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import struct
 import sqlalchemy as sa
 
 from bolide.facade.record import Headers
-from bolide.stores._schema import metadata
+from bolide.stores.schema._metadata import metadata
 
 __all__ = ["OUTBOX", "OUTBOX_RELAYS", "lane_of", "pack_headers", "unpack_headers"]
 

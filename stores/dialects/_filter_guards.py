@@ -1,8 +1,8 @@
 """What the database enforces on a ``where`` filter: it reads only the dead letters' columns,
 and it runs for a bounded time.
 
-The text check (``_letter_filter``) is a first, friendly refusal; it reads the filter as one
-lexer would, and a database reads some text differently (SQLite's ``[name]`` and backtick
+The text check (``deadletters._filter``) is a first, friendly refusal; it reads the filter as
+one lexer would, and a database reads some text differently (SQLite's ``[name]`` and backtick
 names, PostgreSQL with ``standard_conforming_strings`` off). These guards do not depend on
 reading the text right:
 

@@ -1,6 +1,6 @@
 """The schema registry tables as SQLAlchemy Core objects (revision ``0002``).
 
-They live on the history tables' ``metadata`` so that ``alembic check`` compares them too.
+They live on the schema's one ``metadata`` so that ``alembic check`` compares them too.
 One row per distinct schema (its global id, text and fingerprint), one per subject version,
 and one per subject whose compatibility level was set (BACKWARD when absent).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from bolide.stores._schema import metadata
+from bolide.stores.schema._metadata import metadata
 
 __all__ = ["SCHEMAS", "SCHEMA_SUBJECTS", "SCHEMA_VERSIONS"]
 

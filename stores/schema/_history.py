@@ -1,7 +1,4 @@
-"""The history tables as SQLAlchemy Core objects: what queries use and what migrations match.
-
-The schema itself is only ever created by the Alembic revisions in ``bolide.migrations``;
-this metadata exists for queries and for ``alembic check`` (models and migrations must agree).
+"""The history tables (the archive of Kafka records) as SQLAlchemy Core objects.
 
 Keys and header values are bytes, so equality on them takes a bytes parameter. PostgreSQL
 indexes them with hash indexes: a btree entry is limited to about 2.7 kB, a Kafka key is not.
@@ -11,12 +8,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["HEADERS", "RECORDS", "VERSION_TABLE", "metadata"]
+from bolide.stores.schema._metadata import metadata
 
-#: Alembic's version table for bolide's revisions (kept apart from an application's own).
-VERSION_TABLE = "bolide_alembic_version"
-
-metadata = sa.MetaData()
+__all__ = ["HEADERS", "RECORDS"]
 
 #: One row per archived Kafka record.
 RECORDS = sa.Table(

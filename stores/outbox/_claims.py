@@ -17,9 +17,8 @@ from sqlalchemy.engine import Connection
 
 from bolide.facade.errors import ProducerFencedError
 from bolide.facade.ports import now_ms
-from bolide.stores._outbox_marks import Sent
-from bolide.stores._outbox_schema import OUTBOX, OUTBOX_RELAYS
-from bolide.stores.dialects import SqlDialect, dialect_of
+from bolide.stores.dialects import Sent, SqlDialect, dialect_of
+from bolide.stores.schema import OUTBOX, OUTBOX_RELAYS
 
 __all__ = [
     "Row",

@@ -4,7 +4,7 @@ Kafka deletes only a partition's oldest records (DeleteRecords up to an offset),
 cannot take one record out of the middle of a partition. It therefore does three things:
 
 1. marks every purged dead letter in ``bolide_dead_letter_purges``, with the topic's id and
-   the letter's timestamp (``_letter_books``): listing, showing and replaying skip the letters
+   the letter's timestamp (``_books``): listing, showing and replaying skip the letters
    a mark covers, wherever they are still held, and a letter of a topic created again at the
    same place is not covered;
 2. deletes the archived rows (and headers) of every marked dead letter, in the same
@@ -28,11 +28,10 @@ from sqlalchemy.engine import Connection
 
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
-from bolide.stores._capacity import require_delete_records, trim
-from bolide.stores._dead_letter_schema import PURGES, UNKNOWN_TOPIC
-from bolide.stores._letter_books import Entry, Letter
-from bolide.stores._letter_scan import StreamRead, topic_id
-from bolide.stores._schema import HEADERS, RECORDS
+from bolide.stores.archive import require_delete_records, trim
+from bolide.stores.deadletters._books import Entry, Letter
+from bolide.stores.deadletters._scan import StreamRead, topic_id
+from bolide.stores.schema import HEADERS, PURGES, RECORDS, UNKNOWN_TOPIC
 from bolide.stores.store import SqlStore
 
 __all__ = ["Marks", "mark_and_delete", "purged", "trim_kafka"]
@@ -57,7 +56,7 @@ def purged(conn: Connection, stream: str) -> Marks:
 
 
 def _marked_records(stream: str) -> sa.ColumnElement[bool]:
-    """Archived records of ``stream`` that a purge mark names (``_letter_books``' rule for a
+    """Archived records of ``stream`` that a purge mark names (``_books``' rule for a
     letter only the archive holds)."""
     p, r = PURGES.c, RECORDS.c
     legacy = sa.and_(
