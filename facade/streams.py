@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, Unpack
 
 from bolide.facade._internal.transactions import OffsetSource
-from bolide.facade._parts.client import group_id
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
+from bolide.facade.consumer.client import group_id
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
     ReceiverAlreadyAttachedError,

@@ -23,16 +23,16 @@ from confluent_kafka import TopicPartition
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.lock import HookLock
 from bolide.facade._internal.transactions import OffsetSource
-from bolide.facade._parts.assembly import assemble
-from bolide.facade._parts.client import (
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.assembly import assemble
+from bolide.facade.consumer.client import (
     error_reporter,
     group_id,
     new_consumer,
     partition_arg,
     partitions_arg,
 )
-from bolide.facade._parts.fetch import Polled
-from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.fetch import Polled
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
     IllegalSubscriberStateError,

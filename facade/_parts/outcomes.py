@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from bolide.facade._parts.lanes import Board, Item
-from bolide.facade._parts.positions import Report
 from bolide.facade._parts.tiers import Tiers
+from bolide.facade.consumer.positions import Report
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, RecordHandler

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from bolide.facade._parts.fetch import Polled
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.fetch import Polled
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.record import Record, RecordBatch

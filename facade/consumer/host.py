@@ -11,10 +11,10 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._internal.holds import Holds
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import Cluster
+from bolide.facade.consumer.holds import Holds
+from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.durable import DurableSession
 from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch

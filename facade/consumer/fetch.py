@@ -16,11 +16,11 @@ from itertools import islice
 from confluent_kafka import Consumer, KafkaError, Message
 
 from bolide.facade._internal.fatal import FATAL_CODES, Refusals
-from bolide.facade._parts.client import refused_error
-from bolide.facade._parts.decoding import Decoder
-from bolide.facade._parts.positions import Positions, Report
-from bolide.facade._parts.shared_fetch import RingReader, reader
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.client import refused_error
+from bolide.facade.consumer.decoding import Decoder
+from bolide.facade.consumer.positions import Positions, Report
+from bolide.facade.consumer.shared_fetch import RingReader, reader
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import BolideError, SerializationError
 from bolide.facade.record import Record, RecordBatch, record_from_message

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.positions import Positions, Report
+from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
 

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.confirms import Confirms
-from bolide.facade._parts.fetch import Fetcher
-from bolide.facade._parts.host import ReceiverHooks
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import SubscriberConfig
+from bolide.facade.consumer.confirms import Confirms
+from bolide.facade.consumer.fetch import Fetcher
+from bolide.facade.consumer.host import ReceiverHooks
+from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import NotAssignedError
 

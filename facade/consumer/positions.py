@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from bolide.facade._internal.holds import Holds
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.consumer.holds import Holds
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts

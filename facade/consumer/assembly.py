@@ -12,12 +12,12 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from bolide.facade._internal.fatal import Refusals
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.confirms import Confirms
-from bolide.facade._parts.fetch import Fetcher
-from bolide.facade._parts.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
-from bolide.facade._parts.lease import Lease
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.consumer.confirms import Confirms
+from bolide.facade.consumer.fetch import Fetcher
+from bolide.facade.consumer.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
+from bolide.facade.consumer.lease import Lease
+from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.durable import DurableSession
 from bolide.facade.record import Record
 
