@@ -98,25 +98,33 @@ class FetchGaps:
     def refetch(self, consumer: Consumer, msg: Message) -> bool:
         """True when ``msg`` skipped ahead and its partition is being fetched again: drop it
         and whatever else was fetched for that partition."""
+        at = self.refetch_from(msg)
+        if at is None:
+            return False
+        consumer.seek(TopicPartition(self.topic, msg.partition() or 0, at))
+        return True
+
+    def refetch_from(self, msg: Message) -> int | None:
+        """Where ``msg``'s partition must be fetched again from, when ``msg`` skipped ahead
+        (drop it and whatever else was fetched for that partition), else ``None``."""
         partition, offset = msg.partition(), msg.offset()
         if partition is None or offset is None:
-            return False
+            return None
         expected = self.expected.get(partition)
         if expected is None or offset <= expected or self.settle_s <= 0:
             self._checked.pop(partition, None)
             self.expected[partition] = offset + 1
-            return False
+            return None
         now = time.monotonic()
         seen = self._checked.get(partition)
         if seen is not None and seen[0] == expected:
             if now - seen[1] >= self.settle_s:
                 del self._checked[partition]
                 self.expected[partition] = offset + 1
-                return False
+                return None
         else:
             self._checked[partition] = (expected, now)
-        consumer.seek(TopicPartition(self.topic, partition, expected))
-        return True
+        return expected
 
 
 def confirm_time_offsets(

@@ -5,7 +5,7 @@ Positions below what Kafka still holds are read from the stream's history store 
 one (the splice), else skipped to the first available record with a warning (a stale read).
 Positions are never taken from a reported high watermark alone (see ``kafka.log_ends``).
 
-The subscriber holds the lifecycle and the public API; its parts (``_parts.assembly``) do the
+The subscriber holds the lifecycle and the public API; its parts (``bolide.facade.consumer``) do the
 rest under its lock: ``Lease`` (membership, rebalance hooks), ``Positions`` (where each
 partition reads, the splice), ``Fetcher`` (queue, history, Kafka, decoding, dead letters),
 ``Confirms`` and, for a durable client, a ``DurableSession`` (docs/architecture.md).
@@ -117,7 +117,8 @@ class Subscriber(Closing):
             self._consumer.close()
             raise
         self._core = parts
-        self._assigned, self._positions = parts.assigned, parts.positions
+        self._state, self._positions = parts.state, parts.positions
+        self._assigned = parts.state.assigned()
         self._confirms, self._durable = parts.confirms, parts.durable
         self._fetcher, self._lease = parts.fetcher, parts.lease
         self._receiver_hooks = parts.receiver_hooks
@@ -265,9 +266,7 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            self._positions.holds.hold(
-                partitions_arg(self.topic, self._assigned, partitions), "user"
-            )
+            self._state.holds.hold(partitions_arg(self.topic, self._assigned, partitions), "user")
 
     def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
         """Deliver paused ``partitions`` (every paused one when ``None``) again, from where
@@ -278,7 +277,7 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            holds = self._positions.holds
+            holds = self._state.holds
             parts = (
                 holds.holding("user")
                 if partitions is None
@@ -291,7 +290,7 @@ class Subscriber(Closing):
     def paused(self) -> frozenset[tuple[str, int]]:
         """The partitions the application paused, as ``(stream, partition)`` pairs (read
         without the lock: the set is replaced, never changed)."""
-        return frozenset((self.topic, p) for p in self._positions.holds.holding("user"))
+        return frozenset((self.topic, p) for p in self._state.holds.holding("user"))
 
     def confirm(
         self,
@@ -363,7 +362,8 @@ class Subscriber(Closing):
         ``lag=False``) and closed, as a ``bolide.facade.health.Health``."""
         with self._lock:
             held = [] if self._fetcher.deactivated or self._closed else sorted(self._assigned)
-            at = {(self.topic, p): self._positions.next.get(p) for p in held}
+            nexts = self._state.nexts()
+            at = {(self.topic, p): nexts.get(p) for p in held}
         group, last = (self.group_id if self.grouped else None), self._fetcher.last_poll_ms
         return measure(self.cluster, "subscriber", group, (self.topic,), at, closed=self._closed,
                        last_poll_ms=last, lag=lag)  # fmt: skip
