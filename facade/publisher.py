@@ -15,7 +15,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
-from bolide.facade._internal.deliveries import (
+from bolide.facade._internal.fatal import FATAL_CODES
+from bolide.facade.config import Cluster, PublisherConfig
+from bolide.facade.errors import PublishError, TransactionError
+from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.producer.deliveries import (
     PARTITION_UNASSIGNED,
     REFUSED,
     Batch,
@@ -26,11 +30,7 @@ from bolide.facade._internal.deliveries import (
     batch_messages,
     send_batch,
 )
-from bolide.facade._internal.fatal import FATAL_CODES
-from bolide.facade._internal.transactions import Transactions, TransactionSource
-from bolide.facade.config import Cluster, PublisherConfig
-from bolide.facade.errors import PublishError, TransactionError
-from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.producer.transactions import Transactions, TransactionSource
 from bolide.facade.record import (
     MESSAGE_GROUP_HEADER,
     Record,

@@ -22,7 +22,6 @@ from confluent_kafka import TopicPartition
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._internal.transactions import OffsetSource
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.assembly import assemble
 from bolide.facade.consumer.client import (
@@ -41,6 +40,7 @@ from bolide.facade.errors import (
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
+from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import RecordBatch
 from bolide.facade.telemetry import TELEMETRY

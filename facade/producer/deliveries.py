@@ -15,9 +15,9 @@ from typing import Any, TypeAlias
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.fatal import Scope, fatal_error
-from bolide.facade._internal.future import DeliveryFuture
-from bolide.facade._internal.transactions import Transactions
 from bolide.facade.errors import BolideError, PublishError, TransactionError
+from bolide.facade.producer.future import DeliveryFuture
+from bolide.facade.producer.transactions import Transactions
 from bolide.facade.record import Record, headers_or_none
 
 __all__ = [
