@@ -31,7 +31,6 @@ from bolide.facade.consumer.client import (
     partition_arg,
     partitions_arg,
 )
-from bolide.facade.consumer.fetch import Polled
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
@@ -40,6 +39,7 @@ from bolide.facade.errors import (
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
+from bolide.facade.ports import Polled
 from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import RecordBatch
@@ -189,7 +189,7 @@ class Subscriber(Closing):
 
     def _poll_once(self, deadline: float, *, first: bool) -> Polled:
         """One slice of ``poll``, its outcome kept so that an asyncio poll that was cancelled
-        can give it back (``_give_back``). A subscriber closed by another caller while a poll
+        can give it back (``give_back``). A subscriber closed by another caller while a poll
         waits returns nothing; closed before the ``first`` slice, it raises."""
         with self._lock:
             if self._closed and not first:
@@ -203,8 +203,14 @@ class Subscriber(Closing):
             if not self._closed:
                 self._fetcher.rewind(offsets)
 
-    def _give_back(self, polled: Polled) -> None:
-        """Undo a ``_poll_once`` whose outcome never reached the application."""
+    def poll_step(self, *, first: bool) -> Polled:
+        """One step of a poll that never waits (``SubscriberLike``: the asyncio API awaits
+        between steps); its outcome is kept so that it can be given back."""
+        return self._poll_once(0.0, first=first)
+
+    def give_back(self, polled: Polled) -> None:
+        """Undo a ``poll_step`` whose outcome never reached the application: its records come
+        first in the next poll, and what it read is no longer confirmable until then."""
         with self._lock:
             if not self._closed:
                 self._fetcher.give_back(polled)
@@ -322,6 +328,18 @@ class Subscriber(Closing):
         """
         self._stream_arg(stream)
         self._confirm(offset, partition, conn=conn)
+
+    def confirm_read(
+        self,
+        offset: int | None,
+        partition: int | None,
+        *,
+        conn: Any,
+        read: Mapping[int, int] | None,
+    ) -> None:
+        """``confirm`` against ``read``, what an asyncio iteration handed out (the last
+        record per partition), not what the polls returned (``SubscriberLike``)."""
+        self._confirm(offset, partition, conn=conn, read=read)
 
     def _confirm(
         self,
@@ -472,28 +490,3 @@ class Subscriber(Closing):
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
         return f"Subscriber(stream={self.topic!r}, {kind})"
-
-
-# -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------
-
-
-def poll_step(sub: Subscriber, *, first: bool) -> Polled:
-    """One step of a poll that never waits; the asyncio API awaits between steps."""
-    return sub._poll_once(0.0, first=first)
-
-
-def give_back(sub: Subscriber, polled: Polled) -> None:
-    """Undo a ``poll_step`` whose outcome never reached the application."""
-    sub._give_back(polled)
-
-
-def confirm_read(
-    sub: Subscriber,
-    offset: int | None,
-    partition: int | None,
-    *,
-    conn: Any,
-    read: Mapping[int, int] | None,
-) -> None:
-    """``Subscriber.confirm`` against ``read``, what an asyncio iteration handed out."""
-    sub._confirm(offset, partition, conn=conn, read=read)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
@@ -23,27 +22,12 @@ from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.shared_fetch import RingReader, reader
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import BolideError, SerializationError
+from bolide.facade.ports import Polled
 from bolide.facade.record import Record, RecordBatch, record_from_message
 
-__all__ = ["Fetcher", "Polled"]
+__all__ = ["Fetcher"]
 
 _MIXED_WAIT_S = 0.01  # longest own-consumer wait while other partitions read the shared ring
-
-
-@dataclass(slots=True)
-class Polled:
-    """What one poll handed over, kept so that it can be given back (``Fetcher.give_back``).
-
-    Attributes:
-        batch: The records returned; ``None`` when the poll raised, or found the subscriber
-            closed by another caller while it waited.
-        error: What the poll raised, or ``None``.
-        last_read: ``last_read`` as it was before the poll.
-    """
-
-    batch: RecordBatch | None
-    error: Exception | None
-    last_read: dict[int, int]
 
 
 class Fetcher:
