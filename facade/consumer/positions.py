@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.consumer.state import PartitionState
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts
+from bolide.facade.kafka.compat import FetchGaps
 
 __all__ = ["EARLIEST", "Positions", "Report"]
 

@@ -35,11 +35,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.client import consumer_config, group_id
 from bolide.facade.consumer.positions import Positions
 from bolide.facade.kafka import new_client
+from bolide.facade.kafka.compat import FetchGaps
 from bolide.facade.record import Record, SharedRecord, record_from_message
 
 __all__ = ["RingReader", "SharedFetch", "active", "reader"]
