@@ -1,6 +1,8 @@
 """Meteor's streaming API on Kafka: publishers, streams, subscriber groups, receivers.
 
-The borrowed terms and their Kafka mapping: docs/concepts.md (glossary).
+The borrowed terms and their Kafka mapping: docs/concepts.md (glossary). ``__all__`` names
+what an application constructs and catches; every error is in ``bolide.facade.errors``, and
+the other names imported here stay importable from this package as before.
 """
 
 from bolide.facade.avro.registry import (
@@ -51,74 +53,55 @@ from bolide.facade.errors import (
     StreamConfigMismatchError,
     TransactionError,
 )
-from bolide.facade.parallel import ParallelReceiver, ReceiverOptions
+from bolide.facade.parallel import (
+    ParallelReceiver,
+    ReceiverOptions,
+)
 from bolide.facade.publisher import PublishCallback, Publisher
-from bolide.facade.receiver import Receiver, ReceiverMetrics
+from bolide.facade.receiver import Receiver, ReceiverHost, ReceiverMetrics
 from bolide.facade.record import Record, RecordBatch
-from bolide.facade.resequencer.core import Resequencer, ResequencerMetrics, publish_sequence
+from bolide.facade.resequencer.core import (
+    Resequencer,
+    ResequencerMetrics,
+    publish_sequence,
+)
 from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.facade.retry import Retry, RetryTier
-from bolide.facade.share import ShareSubscriber  # registers itself with Subscriber
+from bolide.facade.share import ShareSubscriber
 from bolide.facade.share_receiver import ShareReceiver
-from bolide.facade.streams import StreamsSubscriber  # registers itself with Subscriber
+from bolide.facade.streams import StreamsSubscriber
 from bolide.facade.subscriber import Subscriber
 
 __all__ = [
-    "AuthenticationError",
-    "AuthorizationError",
     "AvroSerde",
     "BolideError",
     "BrokerError",
     "Cluster",
-    "Compatibility",
     "ConfluentSchemaRegistry",
-    "DeadLetterError",
-    "DeadLetterFilterError",
-    "DeadLetterNotFoundError",
-    "DeadLetterSourceError",
-    "DurableClientBusyError",
-    "DurableClientError",
     "EmbeddedBroker",
     "FencedInstanceError",
     "HistoryStore",
     "IllegalSubscriberStateError",
-    "IncompatibleBrokerError",
     "InitialOffsetScheme",
-    "InvalidInitialOffsetSchemeError",
     "MemorySchemaRegistry",
     "NotAssignedError",
-    "OffsetLoadError",
     "OffsetOutOfRangeError",
-    "ParallelReceiver",
     "ProducerFencedError",
     "PublishCallback",
     "PublishError",
     "Publisher",
     "PublisherConfig",
-    "Reason",
     "Receiver",
-    "ReceiverAlreadyAttachedError",
+    "ReceiverHost",
     "ReceiverMetrics",
-    "ReceiverOptions",
     "Record",
     "RecordBatch",
-    "RegisteredSchema",
     "Resequencer",
-    "ResequencerFullError",
-    "ResequencerMetrics",
     "Retry",
     "RetryTier",
-    "SchemaIncompatibleError",
-    "SchemaNotFoundError",
-    "SchemaOutOfDateError",
-    "SchemaRegistry",
     "SerializationError",
-    "ShareReceiver",
-    "ShareSubscriber",
     "StoreError",
     "StreamConfig",
-    "StreamConfigMismatchError",
-    "StreamsSubscriber",
     "Subscriber",
     "SubscriberConfig",
     "TransactionError",

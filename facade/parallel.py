@@ -3,10 +3,10 @@
 ``Subscriber.attach_receiver(handler, concurrency=32, ordering="key", ...)`` starts it (the
 one-thread ``Receiver`` stays for ``concurrency=1`` without retries or dead letters). One
 fetch thread polls the subscriber and puts each record in flight on the ``Board``
-(``_parts/lanes.py``): behind the earlier records of its key ("key": the Kafka key, which is
+(``receiving/lanes.py``): behind the earlier records of its key ("key": the Kafka key, which is
 the message group), of its partition ("partition"), or of nothing ("unordered"). Worker
 threads, or coroutines on the receiver's own event loop for an ``async def`` handler
-(``_parts/workers.py``), run the handler; a failure is retried with backoff (``Retry``) and
+(``receiving/workers.py``), run the handler; a failure is retried with backoff (``Retry``) and
 then sent to the dead letter, or reported, and only then is the record finished.
 
 The fetch thread also confirms (``auto_confirm``): per partition, the highest offset at and
@@ -26,11 +26,6 @@ import threading
 import time
 from typing import Literal, TypeAlias, TypedDict, cast
 
-from bolide.facade._parts.feed import Feed
-from bolide.facade._parts.lanes import NO_LANE, Board, LaneOf
-from bolide.facade._parts.outcomes import Runner
-from bolide.facade._parts.tiers import Tiers
-from bolide.facade._parts.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.deadletter import DeadLetterTarget
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.publisher import Publisher
@@ -44,6 +39,11 @@ from bolide.facade.receiver import (
     is_async_handler,
     stopped_because,
 )
+from bolide.facade.receiving.feed import Feed
+from bolide.facade.receiving.lanes import NO_LANE, Board, LaneOf
+from bolide.facade.receiving.outcomes import Runner
+from bolide.facade.receiving.tiers import Tiers
+from bolide.facade.receiving.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.record import RecordBatch
 from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.retry import Retry

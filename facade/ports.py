@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from bolide.facade._internal.closing import Closing
 
 if TYPE_CHECKING:
-    from bolide.facade.record import Record
+    from bolide.facade.record import Record, RecordBatch
 
 __all__ = [
     "ArchiveStore",
@@ -35,10 +35,14 @@ __all__ = [
     "DurableClient",
     "DurableRegistry",
     "HistoryStore",
+    "Polled",
     "PositionStore",
+    "PublishCallback",
+    "PublisherLike",
     "RegisteredSchema",
     "SchemaRegistry",
     "Serde",
+    "SubscriberLike",
     "TypedSerde",
     "now_ms",
     "open_plugin",
@@ -397,3 +401,63 @@ def open_plugin(group: str, source: object) -> Any:
             refused.append(f"{entry.name}: {exc}")
     detail = "; ".join(refused) or "none is installed (pip install bolide)"
     raise TypeError(f"no {group} implementation accepts a {type(source).__name__}: {detail}")
+
+
+# -- the sync clients as the asyncio API drives them -------------------------------------------
+
+#: ``callback(offset, error)``: a record's delivery report (the offset, or the error).
+PublishCallback = Callable[[int | None, BaseException | None], None]
+
+
+@dataclass(slots=True)
+class Polled:
+    """What one poll step handed over, kept so that it can be given back.
+
+    Attributes:
+        batch: The records returned; ``None`` when the step raised, or found the subscriber
+            closed by another caller while it waited.
+        error: What the step raised, or ``None``.
+        last_read: The last offset read per partition as it was before the step.
+    """
+
+    batch: RecordBatch | None
+    error: Exception | None
+    last_read: dict[int, int]
+
+
+class SubscriberLike(Protocol):
+    """What ``bolide.facade.aio`` needs of a subscriber beyond its public reading API: a poll
+    in steps that never wait (the event loop awaits between them), undoing a step whose
+    outcome never reached the application, and confirming what an iteration handed out."""
+
+    def poll_step(self, *, first: bool) -> Polled:
+        """One step of a poll that never waits; closed before the ``first`` step, it raises."""
+        ...
+
+    def give_back(self, polled: Polled) -> None:
+        """Undo a ``poll_step`` whose outcome never reached the application."""
+        ...
+
+    def confirm_read(
+        self,
+        offset: int | None,
+        partition: int | None,
+        *,
+        conn: Any,
+        read: Mapping[int, int] | None,
+    ) -> None:
+        """``confirm`` against ``read``, the last record handed out per partition."""
+        ...
+
+
+class PublisherLike(Protocol):
+    """What ``bolide.facade.aio`` needs of a publisher: the record a publish would send, and
+    handing it to the producer without waiting for room."""
+
+    def to_record(self, item: Record | Any) -> Record:
+        """The record ``publish_async(item)`` would send (its serde applied)."""
+        ...
+
+    def offer(self, rec: Record, on_delivery: PublishCallback) -> bool:
+        """``produce`` without waiting: ``False`` (nothing accepted) when the queue is full."""
+        ...

@@ -15,7 +15,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.closing import Closing
-from bolide.facade._internal.deliveries import (
+from bolide.facade._internal.fatal import FATAL_CODES
+from bolide.facade.config import Cluster, PublisherConfig
+from bolide.facade.errors import PublishError, TransactionError
+from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.producer.deliveries import (
     PARTITION_UNASSIGNED,
     REFUSED,
     Batch,
@@ -26,11 +30,7 @@ from bolide.facade._internal.deliveries import (
     batch_messages,
     send_batch,
 )
-from bolide.facade._internal.fatal import FATAL_CODES
-from bolide.facade._internal.transactions import Transactions, TransactionSource
-from bolide.facade.config import Cluster, PublisherConfig
-from bolide.facade.errors import PublishError, TransactionError
-from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.producer.transactions import Transactions, TransactionSource
 from bolide.facade.record import (
     MESSAGE_GROUP_HEADER,
     Record,
@@ -138,7 +138,9 @@ class Publisher(Closing):
         if not err.fatal():  # after a fatal error librdkafka fails the queue itself
             self._producer.purge(in_queue=True, in_flight=False, blocking=False)
 
-    def _to_record(self, item: Record | Any) -> Record:
+    def to_record(self, item: Record | Any) -> Record:
+        """The record ``publish_async(item)`` would send: its serde applied, a record shared
+        by the process's subscribers copied (``PublisherLike``)."""
         if isinstance(item, Record):
             # Shared by the subscribers of the process: stamp a copy, not what they read.
             return unshared(item) if isinstance(item, SharedRecord) else item
@@ -168,7 +170,7 @@ class Publisher(Closing):
             TypeError: ``record`` is neither a Record nor something the serde encodes.
             PublishError: The publisher is closed.
         """
-        rec = record if type(record) is Record else self._to_record(record)
+        rec = record if type(record) is Record else self.to_record(record)
         # Already running (it cannot be cancelled), and its record's delivery report too.
         future = FutureDelivery(self._outstanding, rec, callback)
         with self._gate:
@@ -192,7 +194,7 @@ class Publisher(Closing):
             TypeError: ``record`` is neither a Record nor something the serde encodes.
             PublishError: The publisher is closed.
         """
-        rec = record if type(record) is Record else self._to_record(record)
+        rec = record if type(record) is Record else self.to_record(record)
         with self._gate:
             if self._closing:
                 raise self._refused(rec)
@@ -200,9 +202,10 @@ class Publisher(Closing):
             self._outstanding.add(delivery)
             self._send(rec, delivery)
 
-    def _offer(self, rec: Record, on_delivery: PublishCallback) -> bool:
+    def offer(self, rec: Record, on_delivery: PublishCallback) -> bool:
         """``produce`` without waiting for room: ``False`` (nothing accepted) when the local
-        queue is full, so that an asyncio caller waits for room on its loop instead."""
+        queue is full, so that an asyncio caller waits for room on its loop instead
+        (``PublisherLike``)."""
         with self._gate:
             if self._closing:
                 raise self._refused(rec)
@@ -226,7 +229,7 @@ class Publisher(Closing):
                 the batch is published).
             PublishError: The publisher is closed (nothing of the batch is published).
         """
-        recs = [r if type(r) is Record else self._to_record(r) for r in records]
+        recs = [r if type(r) is Record else self.to_record(r) for r in records]
         future: Future[list[int]] = Future()
         future.set_running_or_notify_cancel()  # running: it cannot be cancelled
         if not recs:
@@ -414,17 +417,3 @@ class Publisher(Closing):
 
     def __repr__(self) -> str:
         return f"Publisher(stream={self.stream.name!r}, group={self.group!r})"
-
-
-# -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------
-
-
-def to_record(pub: Publisher, item: Record | Any) -> Record:
-    """The record ``pub.publish_async(item)`` would send (its serde applied)."""
-    return pub._to_record(item)
-
-
-def offer(pub: Publisher, rec: Record, on_delivery: PublishCallback) -> bool:
-    """``produce`` without waiting for room: ``False`` (nothing accepted) when the local queue
-    is full, so that an asyncio caller waits for room on its loop instead."""
-    return pub._offer(rec, on_delivery)

@@ -26,10 +26,10 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.client import error_reporter
-from bolide.facade._parts.decoding import Decoder
-from bolide.facade._parts.share_group import configure_group, require_share_groups
 from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
+from bolide.facade.consumer.client import error_reporter
+from bolide.facade.consumer.decoding import Decoder
+from bolide.facade.consumer.share_group import configure_group, require_share_groups
 from bolide.facade.deadletter import Reason, letter
 from bolide.facade.errors import (
     BrokerError,

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, cast
 
-from bolide.facade._parts.share_group import GroupSettings
 from bolide.facade.config import StreamConfig, SubscriberConfig
+from bolide.facade.consumer.share_group import GroupSettings
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.publisher import Publisher

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, Unpack
 
-from bolide.facade._internal.transactions import OffsetSource
-from bolide.facade._parts.client import group_id
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
+from bolide.facade.consumer.client import group_id
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
     ReceiverAlreadyAttachedError,
@@ -30,6 +29,7 @@ from bolide.facade.errors import (
 from bolide.facade.health import Health
 from bolide.facade.kafka import partition_counts
 from bolide.facade.parallel import ReceiverOptions
+from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import (
     AsyncRecordHandler,
     Receiver,

@@ -5,7 +5,7 @@ Positions below what Kafka still holds are read from the stream's history store 
 one (the splice), else skipped to the first available record with a warning (a stale read).
 Positions are never taken from a reported high watermark alone (see ``kafka.log_ends``).
 
-The subscriber holds the lifecycle and the public API; its parts (``_parts.assembly``) do the
+The subscriber holds the lifecycle and the public API; its parts (``bolide.facade.consumer``) do the
 rest under its lock: ``Lease`` (membership, rebalance hooks), ``Positions`` (where each
 partition reads, the splice), ``Fetcher`` (queue, history, Kafka, decoding, dead letters),
 ``Confirms`` and, for a durable client, a ``DurableSession`` (docs/architecture.md).
@@ -22,17 +22,15 @@ from confluent_kafka import TopicPartition
 
 from bolide.facade._internal.closing import Closing
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._internal.transactions import OffsetSource
-from bolide.facade._parts.assembly import assemble
-from bolide.facade._parts.client import (
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.assembly import assemble
+from bolide.facade.consumer.client import (
     error_reporter,
     group_id,
     new_consumer,
     partition_arg,
     partitions_arg,
 )
-from bolide.facade._parts.fetch import Polled
-from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import (
     IllegalSubscriberStateError,
@@ -41,6 +39,8 @@ from bolide.facade.errors import (
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
+from bolide.facade.ports import Polled
+from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import RecordBatch
 from bolide.facade.telemetry import TELEMETRY
@@ -117,7 +117,8 @@ class Subscriber(Closing):
             self._consumer.close()
             raise
         self._core = parts
-        self._assigned, self._positions = parts.assigned, parts.positions
+        self._state, self._positions = parts.state, parts.positions
+        self._assigned = parts.state.assigned()
         self._confirms, self._durable = parts.confirms, parts.durable
         self._fetcher, self._lease = parts.fetcher, parts.lease
         self._receiver_hooks = parts.receiver_hooks
@@ -188,7 +189,7 @@ class Subscriber(Closing):
 
     def _poll_once(self, deadline: float, *, first: bool) -> Polled:
         """One slice of ``poll``, its outcome kept so that an asyncio poll that was cancelled
-        can give it back (``_give_back``). A subscriber closed by another caller while a poll
+        can give it back (``give_back``). A subscriber closed by another caller while a poll
         waits returns nothing; closed before the ``first`` slice, it raises."""
         with self._lock:
             if self._closed and not first:
@@ -202,8 +203,14 @@ class Subscriber(Closing):
             if not self._closed:
                 self._fetcher.rewind(offsets)
 
-    def _give_back(self, polled: Polled) -> None:
-        """Undo a ``_poll_once`` whose outcome never reached the application."""
+    def poll_step(self, *, first: bool) -> Polled:
+        """One step of a poll that never waits (``SubscriberLike``: the asyncio API awaits
+        between steps); its outcome is kept so that it can be given back."""
+        return self._poll_once(0.0, first=first)
+
+    def give_back(self, polled: Polled) -> None:
+        """Undo a ``poll_step`` whose outcome never reached the application: its records come
+        first in the next poll, and what it read is no longer confirmable until then."""
         with self._lock:
             if not self._closed:
                 self._fetcher.give_back(polled)
@@ -265,9 +272,7 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            self._positions.holds.hold(
-                partitions_arg(self.topic, self._assigned, partitions), "user"
-            )
+            self._state.holds.hold(partitions_arg(self.topic, self._assigned, partitions), "user")
 
     def resume(self, partitions: Iterable[int | tuple[str, int]] | None = None) -> None:
         """Deliver paused ``partitions`` (every paused one when ``None``) again, from where
@@ -278,7 +283,7 @@ class Subscriber(Closing):
         """
         with self._lock:
             self._check_open()
-            holds = self._positions.holds
+            holds = self._state.holds
             parts = (
                 holds.holding("user")
                 if partitions is None
@@ -291,7 +296,7 @@ class Subscriber(Closing):
     def paused(self) -> frozenset[tuple[str, int]]:
         """The partitions the application paused, as ``(stream, partition)`` pairs (read
         without the lock: the set is replaced, never changed)."""
-        return frozenset((self.topic, p) for p in self._positions.holds.holding("user"))
+        return frozenset((self.topic, p) for p in self._state.holds.holding("user"))
 
     def confirm(
         self,
@@ -323,6 +328,18 @@ class Subscriber(Closing):
         """
         self._stream_arg(stream)
         self._confirm(offset, partition, conn=conn)
+
+    def confirm_read(
+        self,
+        offset: int | None,
+        partition: int | None,
+        *,
+        conn: Any,
+        read: Mapping[int, int] | None,
+    ) -> None:
+        """``confirm`` against ``read``, what an asyncio iteration handed out (the last
+        record per partition), not what the polls returned (``SubscriberLike``)."""
+        self._confirm(offset, partition, conn=conn, read=read)
 
     def _confirm(
         self,
@@ -363,7 +380,8 @@ class Subscriber(Closing):
         ``lag=False``) and closed, as a ``bolide.facade.health.Health``."""
         with self._lock:
             held = [] if self._fetcher.deactivated or self._closed else sorted(self._assigned)
-            at = {(self.topic, p): self._positions.next.get(p) for p in held}
+            nexts = self._state.nexts()
+            at = {(self.topic, p): nexts.get(p) for p in held}
         group, last = (self.group_id if self.grouped else None), self._fetcher.last_poll_ms
         return measure(self.cluster, "subscriber", group, (self.topic,), at, closed=self._closed,
                        last_poll_ms=last, lag=lag)  # fmt: skip
@@ -472,28 +490,3 @@ class Subscriber(Closing):
     def __repr__(self) -> str:
         kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
         return f"Subscriber(stream={self.topic!r}, {kind})"
-
-
-# -- the asyncio API's way in (bolide.facade.aio) --------------------------------------------
-
-
-def poll_step(sub: Subscriber, *, first: bool) -> Polled:
-    """One step of a poll that never waits; the asyncio API awaits between steps."""
-    return sub._poll_once(0.0, first=first)
-
-
-def give_back(sub: Subscriber, polled: Polled) -> None:
-    """Undo a ``poll_step`` whose outcome never reached the application."""
-    sub._give_back(polled)
-
-
-def confirm_read(
-    sub: Subscriber,
-    offset: int | None,
-    partition: int | None,
-    *,
-    conn: Any,
-    read: Mapping[int, int] | None,
-) -> None:
-    """``Subscriber.confirm`` against ``read``, what an asyncio iteration handed out."""
-    sub._confirm(offset, partition, conn=conn, read=read)

@@ -88,3 +88,67 @@ def test_the_check_finds_a_private_member_of_another_module() -> None:
     same = ast.parse("class A:\n    def __init__(self):\n        self._x = 1\n"
                      "    def eq(self, other):\n        return other._x\n")  # fmt: skip
     assert _foreign_private(same) == []
+
+
+# -- one owner of a subscriber's partitions ------------------------------------------------
+
+#: The calls that change what a consumer holds, where it reads, what it fetches and commits.
+CONSUMER_CALLS = frozenset(
+    {"assign", "incremental_assign", "unassign", "incremental_unassign"}
+    | {"pause", "resume", "seek", "commit"}
+)
+#: The partition state a subscriber keeps, per partition.
+POSITION_FIELDS = frozenset({"next", "last_read", "confirmed", "assigned"})
+#: The one module that calls a subscriber's consumer and writes its partitions' state.
+STATE = "facade/consumer/state.py"
+#: Modules that call consumers of their own, never a subscriber's: why each may.
+OWN_CONSUMERS = {
+    # The shared fetch's consumer is the process's, read on behalf of its subscribers.
+    "facade/consumer/shared_fetch.py",
+    # Throwaway readers confirming log ends and timestamps on a broker that answers early.
+    "facade/kafka/compat.py",
+}
+
+
+def _last_name(node: ast.expr) -> str:
+    """``a.b._consumer`` -> ``_consumer``; ``consumer`` -> ``consumer``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _state_reaches(tree: ast.AST) -> list[str]:
+    """Calls that change a consumer (``x.consumer.assign(...)``), and the partition state
+    reached through a subscriber's parts (``positions.next``, ``parts.assigned``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = _last_name(node.value).lower()
+        calls = node.attr in CONSUMER_CALLS and "consumer" in owner
+        reaches = node.attr in POSITION_FIELDS and any(w in owner for w in ("position", "parts"))
+        if calls or reaches:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", list((ROOT / "facade").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_only_the_partition_state_changes_a_subscribers_consumer(path: Path) -> None:
+    """``PartitionState`` is the one writer of a subscriber's partitions and the one caller of
+    its consumer's assign, unassign, pause, resume, seek and commit (docs/architecture.md)."""
+    where = str(path.relative_to(ROOT))
+    if where == STATE or where in OWN_CONSUMERS:
+        return
+    assert _state_reaches(ast.parse(path.read_text())) == []
+
+
+def test_the_check_finds_a_consumer_call_and_a_position_reached() -> None:
+    tree = ast.parse(
+        "def f(self, positions):\n"
+        "    self._consumer.seek(tp)\n"
+        "    positions.last_read.pop(0)\n"
+        "    sub.seek(0)\n"
+    )
+    assert _state_reaches(tree) == ["line 2: self._consumer.seek", "line 3: positions.last_read"]

@@ -21,7 +21,8 @@ from typing import Any, Self
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError
-from bolide.facade.publisher import Publisher, offer, to_record
+from bolide.facade.ports import PublisherLike
+from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 
 __all__ = ["AsyncPublisher"]
@@ -125,9 +126,9 @@ class AsyncPublisher:
                 (``retriable``; ``await publish(...)`` waits for room instead).
         """
         pub = self._publisher()
-        rec = record if type(record) is Record else to_record(pub, record)
+        rec = record if type(record) is Record else pub.to_record(record)
         future = self._future()
-        if self._waiting or not offer(pub, rec, partial(self._answer, future)):
+        if self._waiting or not pub.offer(rec, partial(self._answer, future)):
             raise PublishError(
                 "the publisher's local queue is full (queue.buffering.max.messages or "
                 "queue.buffering.max.kbytes); await publish() waits for room",
@@ -149,7 +150,7 @@ class AsyncPublisher:
             PublishError: The broker did not accept the record, or the publisher is closed.
         """
         pub = self._publisher()
-        rec = record if type(record) is Record else to_record(pub, record)
+        rec = record if type(record) is Record else pub.to_record(record)
         return await self._send(pub, rec)
 
     async def publish_many(self, records: Iterable[Record | Any]) -> list[int]:
@@ -169,7 +170,7 @@ class AsyncPublisher:
             PublishError: A record failed, or the publisher is closed.
         """
         pub = self._publisher()
-        recs = [r if type(r) is Record else to_record(pub, r) for r in records]
+        recs = [r if type(r) is Record else pub.to_record(r) for r in records]
         futures = [await self._enqueue(pub, rec) for rec in recs]
         answers = await asyncio.gather(*futures, return_exceptions=True)
         for answer in answers:
@@ -177,14 +178,14 @@ class AsyncPublisher:
                 raise answer
         return [a for a in answers if isinstance(a, int)]
 
-    async def _send(self, pub: Publisher, rec: Record) -> int:
+    async def _send(self, pub: PublisherLike, rec: Record) -> int:
         return await (await self._enqueue(pub, rec))
 
-    async def _enqueue(self, pub: Publisher, rec: Record) -> asyncio.Future[int]:
+    async def _enqueue(self, pub: PublisherLike, rec: Record) -> asyncio.Future[int]:
         """Hand ``rec`` to the producer, waiting on the loop while its queue is full."""
         future = self._future()
         answer = partial(self._answer, future)
-        while not offer(pub, rec, answer):
+        while not pub.offer(rec, answer):
             await self._wait_for_room()
         return future
 

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from bolide.facade._parts.fetch import Polled
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
+from bolide.facade.ports import Polled, SubscriberLike
 from bolide.facade.record import Record, RecordBatch
-from bolide.facade.subscriber import Subscriber, confirm_read, give_back, poll_step
+from bolide.facade.subscriber import Subscriber
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
@@ -229,7 +229,7 @@ class AsyncSubscriber:
         polled = held.rest()
         if polled.batch:
             sub = self._sub
-            self._strand.submit(lambda: give_back(sub, polled))
+            self._strand.submit(lambda: sub.give_back(polled))
 
     async def _call(
         self,
@@ -284,7 +284,7 @@ class AsyncSubscriber:
         ``async for``). It runs after the calls made before it, a cancelled poll's undo too."""
         held = self._held
         read = held.read_view() if held is not None else None
-        await self._call(lambda sub: confirm_read(sub, offset, partition, conn=conn, read=read))
+        await self._call(lambda sub: sub.confirm_read(offset, partition, conn=conn, read=read))
 
     async def committed(self, timeout_s: float = 10.0) -> dict[int, int | None]:
         """The group's confirmed positions (``Subscriber.committed``)."""
@@ -342,17 +342,17 @@ class AsyncSubscriber:
         return f"AsyncSubscriber(stream={self.topic!r}, {kind})"
 
 
-def _first_step(sub: Subscriber) -> Polled:
+def _first_step(sub: SubscriberLike) -> Polled:
     # A deadline already past: the step takes what is fetched and never waits.
-    return poll_step(sub, first=True)
+    return sub.poll_step(first=True)
 
 
-def _next_step(sub: Subscriber) -> Polled:
-    return poll_step(sub, first=False)
+def _next_step(sub: SubscriberLike) -> Polled:
+    return sub.poll_step(first=False)
 
 
-def _give_back(sub: Subscriber, polled: Polled) -> None:
-    give_back(sub, polled)
+def _give_back(sub: SubscriberLike, polled: Polled) -> None:
+    sub.give_back(polled)
 
 
 def _abandon(sub: Subscriber | None) -> None:

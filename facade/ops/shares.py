@@ -14,11 +14,11 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bolide.facade._internal.wire import Reader, Wire, array, i8, nullable_array, string
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
-from bolide.facade.features import bootstrap_wire, broker_features
 from bolide.facade.kafka import admin_client, log_ends
+from bolide.facade.kafka.features import bootstrap_wire, broker_features
+from bolide.facade.kafka.wire import Reader, Wire, array, i8, nullable_array, string
 from bolide.facade.ops.inventory import partition_counts
 
 __all__ = ["ShareLag", "list_share_groups", "share_group_starts", "share_lags"]

@@ -6,7 +6,7 @@ import random
 import threading
 
 from bolide.facade import Record
-from bolide.facade._parts.lanes import NO_LANE, Board, Item
+from bolide.facade.receiving.lanes import NO_LANE, Board, Item
 
 
 def rec(offset: int, key: bytes | None = b"a", partition: int = 0) -> Record:

@@ -5,7 +5,7 @@ confirmed its copies."""
 from __future__ import annotations
 
 from bolide.facade import Record
-from bolide.facade._parts.shelf import Entry, Shelf
+from bolide.facade.receiving.shelf import Entry, Shelf
 
 
 def source(offset: int, key: bytes) -> Record:

@@ -8,7 +8,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
 
-from bolide.facade._internal.future import DeliveryFuture
+from bolide.facade.producer.future import DeliveryFuture
 
 
 def test_is_a_running_future_that_cannot_be_cancelled() -> None:

@@ -16,7 +16,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade._parts.shared_fetch import active
+from bolide.facade.consumer.shared_fetch import active
 from tests.history.test_splice import drain
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]

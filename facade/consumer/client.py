@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -165,7 +166,7 @@ def partition_arg(topic: str, partitions: int, partition: int | None) -> int:
 
 
 def partitions_arg(
-    topic: str, held: set[int], partitions: Iterable[int | tuple[str, int]] | None
+    topic: str, held: AbstractSet[int], partitions: Iterable[int | tuple[str, int]] | None
 ) -> set[int]:
     """``partitions`` (numbers, or ``(stream, partition)`` pairs) checked against what is
     ``held``; ``None`` means every held partition.

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from bolide.facade._parts.lanes import Board
 from bolide.facade.errors import ResequencerFullError
+from bolide.facade.receiving.lanes import Board
 from bolide.facade.record import Record
 from bolide.facade.resequencer.core import Resequencer
 

@@ -11,10 +11,10 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._internal.holds import Holds
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import Cluster
+from bolide.facade.consumer.positions import Positions, Report
+from bolide.facade.consumer.state import PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch
@@ -29,20 +29,18 @@ class SessionHost:
     Args:
         consumer: The subscriber's Kafka consumer.
         topic: The stream's topic.
-        assigned: The partitions the subscriber holds (updated in place by it).
-        positions: The subscriber's positions.
+        positions: The subscriber's positions (its partitions' state: ``positions.state``).
         pending: The subscriber's queue of what is read, not yet delivered.
         report: The subscriber's error handler.
         lock: The subscriber's lock; user code waits until it is let go.
     """
 
-    __slots__ = ("_assigned", "_consumer", "_lock", "_pending", "_positions", "_report", "_topic")
+    __slots__ = ("_consumer", "_lock", "_pending", "_positions", "_report", "_state", "_topic")
 
     def __init__(
         self,
         consumer: Consumer,
         topic: str,
-        assigned: set[int],
         positions: Positions,
         pending: deque[Message | Record],
         report: Report,
@@ -50,7 +48,7 @@ class SessionHost:
     ) -> None:
         self._consumer = consumer
         self._topic = topic
-        self._assigned = assigned
+        self._state = positions.state
         self._positions = positions
         self._pending = pending
         self._lock = lock
@@ -58,15 +56,15 @@ class SessionHost:
 
     def assigned(self) -> AbstractSet[int]:
         """The partitions the subscriber holds."""
-        return self._assigned
+        return self._state.assigned()
 
     def positions(self) -> Mapping[int, int]:
         """The next offset to deliver, per partition."""
-        return self._positions.next
+        return self._state.nexts()
 
     def confirmed(self) -> Mapping[int, int]:
         """The highest position the application confirmed, per partition."""
-        return self._positions.confirmed
+        return self._state.confirmed()
 
     def idle(self, partition: int) -> bool:
         """Nothing queued; ``partition`` reads no history and checks no skipped fetch."""
@@ -98,10 +96,7 @@ class SessionHost:
     def commit(self, positions: dict[int, int], *, asynchronous: bool) -> None:
         """Commit ``positions`` to the subscriber's group."""
         offsets = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
-        if asynchronous:
-            self._consumer.commit(offsets=offsets, asynchronous=True)
-        else:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+        self._state.commit(offsets, asynchronous=asynchronous)
 
     def report(self, summary: str, error: BaseException | None) -> None:
         """Tell the subscriber's error handler (or the log)."""
@@ -139,9 +134,8 @@ class ReceiverSeat:
 
     Args:
         subscriber: The subscriber's public side.
-        consumer: Its Kafka consumer (for a retry tier's offsets).
-        assigned: The partitions it holds (updated in place by it).
-        holds: Its holds (the throttle is one reason).
+        consumer: Its Kafka consumer (for a retry tier's committed offsets).
+        state: Its partitions: which it holds, and their holds (the throttle is one reason).
         lock: Its lock, held around every call on the consumer.
         report: Its error handler.
         confirm: ``fn(offset, partition)``: confirm, not bounded by the receiver's limit.
@@ -155,8 +149,7 @@ class ReceiverSeat:
         subscriber: SubscriberView,
         consumer: Consumer,
         *,
-        assigned: AbstractSet[int],
-        holds: Holds,
+        state: PartitionState,
         lock: HookLock,
         report: Report,
         confirm: Callable[[int, int], None],
@@ -173,8 +166,9 @@ class ReceiverSeat:
         self.cluster = subscriber.cluster
         self.partitions = subscriber.partitions
         self._consumer = consumer
-        self._assigned = assigned
-        self._holds = holds
+        self._state = state
+        self._assigned = state.assigned()
+        self._holds = state.holds
         self._lock = lock
         self.report = report
         self.confirm_finished = confirm
@@ -207,7 +201,7 @@ class ReceiverSeat:
     def commit_to(self, offsets: list[TopicPartition]) -> None:
         """Commit ``offsets`` (of any topic) in the group's current generation."""
         with self._lock:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._state.commit(offsets, asynchronous=False)
 
     def hold_fetching(self) -> None:
         """Hold every partition held for the throttle (one assigned meanwhile too)."""

@@ -1,5 +1,5 @@
 """A few Kafka requests spoken directly over a socket, for what librdkafka does not expose:
-ApiVersions' finalized features (``bolide.facade.features``), and the share group calls its
+ApiVersions' finalized features (``bolide.facade.kafka.features``), and the share group calls its
 admin client lacks (``bolide.facade.ops.shares``). Flexible versions only (compact strings and
 arrays, tagged fields), plaintext connections only."""
 

@@ -22,12 +22,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from bolide.facade._parts.lanes import Board, Item
-from bolide.facade._parts.positions import Report
-from bolide.facade._parts.tiers import Tiers
+from bolide.facade.consumer.positions import Report
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, RecordHandler
+from bolide.facade.receiving.lanes import Board, Item
+from bolide.facade.receiving.tiers import Tiers
 from bolide.facade.retry import Retry
 
 __all__ = ["Runner"]

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
-from bolide.facade._internal.holds import Holds
-from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.consumer.state import PartitionState
 from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts
+from bolide.facade.kafka.compat import FetchGaps
 
 __all__ = ["EARLIEST", "Positions", "Report"]
 
@@ -29,15 +29,12 @@ Report = Callable[[str, BaseException | None], None]
 
 
 class Positions:
-    """A subscriber's read positions on one stream; its caller holds the subscriber's lock.
-
-    The dictionaries are never replaced, so a hot loop may hold them in locals.
+    """Where a subscriber's partitions read, and how they get there; its caller holds the
+    subscriber's lock. The positions themselves live in ``state``, which it tells.
 
     Attributes:
         scheme: The initial offset scheme, ``AUTO`` resolved.
-        next: Next offset to deliver, per partition.
-        last_read: Last offset a poll returned, per partition (what ``confirm()`` confirms).
-        confirmed: Highest position (next offset) this member confirmed, per partition.
+        state: The subscriber's partitions (positions, what was read and confirmed, holds).
         history: The splice: history being read below Kafka's log start.
         gaps: Fetches that skipped ahead, being read again.
         holds: Which partitions are paused, and why (the history splice is one reason).
@@ -48,19 +45,18 @@ class Positions:
         cluster: Cluster,
         config: SubscriberConfig,
         consumer: Consumer,
+        state: PartitionState,
         partitions: int,
         report: Report,
     ) -> None:
         self.topic = config.single.name
+        self.state = state
         self._cluster = cluster
         self._consumer = consumer
         self._partitions = partitions
         self._report = report
-        self.next: dict[int, int] = {}
-        self.last_read: dict[int, int] = {}
-        self.confirmed: dict[int, int] = {}
         self._resume_at: dict[int, int] = {}  # where Kafka takes over from the history
-        self.holds = Holds(consumer, self.topic)
+        self.holds = state.holds
         self.gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self.history = HistoryCursor(config.single)
         scheme = config.initial_offset_scheme
@@ -138,7 +134,7 @@ class Positions:
                     )
                 offset = start
             spliced = self.history.position(partition)
-            self.next[partition] = spliced if spliced is not None else offset
+            self.state.delivered(partition, spliced if spliced is not None else offset)
             self.gaps.expected[partition] = offset
             tp = TopicPartition(self.topic, partition, offset)
             assignment.append(tp)
@@ -147,7 +143,7 @@ class Positions:
                 self._resume_at[partition] = offset
             else:
                 self._resume_at.pop(partition, None)
-        self._consumer.assign(assignment)
+        self.state.assign(assignment)
         # Kafka reads a partition once nothing holds it: not while its history is read.
         self.holds.reapply(positions)
         self.holds.hold(splicing, "history")
@@ -160,16 +156,17 @@ class Positions:
 
     def resume(self, parts: list[int], committed: dict[int, int]) -> None:
         """Assign ``parts`` gained in a rebalance, from ``committed`` or the initial scheme."""
-        for p, mine in self.confirmed.items():
+        state = self.state
+        for p, mine in state.confirmed().items():
             # An asynchronous confirm may not have landed yet: never go back below it.
             if p in committed and mine > committed[p]:
                 committed[p] = mine
         for p in parts:
             # What this member read stays confirmable unless another member confirmed beyond
             # it in the meantime (a routine rebalance hands the same partition straight back).
-            last, done = self.last_read.get(p), committed.get(p)
+            last, done = state.last_read().get(p), committed.get(p)
             if last is not None and done is not None and done > last + 1:
-                del self.last_read[p]
+                state.unread(p)
             self.history.close(p)
         self.assign({p: self.initial(p, committed.get(p)) for p in parts})
 
@@ -177,25 +174,28 @@ class Positions:
         """Assign ``parts`` without the history or the initial offset scheme: from what this
         member confirmed, else from the group's confirmed offsets."""
         assignment = []
+        state, confirmed = self.state, self.state.confirmed()
         for p in parts:
             self.history.close(p)
             self._resume_at.pop(p, None)
-            if p in self.confirmed:
-                offset = self.next[p] = self.gaps.expected[p] = self.confirmed[p]
+            if p in confirmed:
+                offset = self.gaps.expected[p] = confirmed[p]
+                state.delivered(p, offset)
             else:
                 # Kafka resumes from the group's confirmed offset.
                 offset = OFFSET_INVALID
-                self.next.pop(p, None)
+                state.forget_next(p)
                 self.gaps.expected.pop(p, None)
             assignment.append(TopicPartition(self.topic, p, offset))
-        self._consumer.assign(assignment)
+        state.assign(assignment)
         self.holds.reapply(parts)
         self.holds.release(parts, "history")
 
     def move(self, assigned: Iterable[int], partition: int, offset: int) -> None:
         """Move ``partition`` to ``offset``; the other ``assigned`` partitions restart where
         delivery stands (the caller drops what it fetched but did not deliver)."""
-        positions = {p: self.next.get(p, EARLIEST) for p in assigned}
+        nexts = self.state.nexts()
+        positions = {p: nexts.get(p, EARLIEST) for p in assigned}
         positions[partition] = offset
         for p in positions:
             self.history.close(p)
@@ -207,16 +207,15 @@ class Positions:
         takes over from the history spliced (read or queued). A paused partition stays paused
         and fetches from there once resumed (Kafka's own resume position is where this
         consumer last delivered, not where the subscriber stands)."""
-        expected = self.gaps.expected
+        expected, nexts = self.gaps.expected, self.state.nexts()
         for p in partitions:
-            offset = expected.get(p, self.next[p])
-            self._consumer.seek(TopicPartition(self.topic, p, offset))
+            self.state.seek(p, expected.get(p, nexts[p]))
 
     def rewind(self, partition: int, offset: int) -> None:
         """Read a held partition again from ``offset``, the lease kept (Kafka's ``seek``)."""
-        self.next[partition] = offset
+        self.state.delivered(partition, offset)
         self.gaps.expected[partition] = offset
-        self._consumer.seek(TopicPartition(self.topic, partition, offset))
+        self.state.seek(partition, offset)
 
     def out_of_range(self, partition: int, offset: int | None) -> int:
         """Where a position Kafka calls out of range goes: below the log start it stays (the
@@ -242,7 +241,7 @@ class Positions:
         if offset > end:
             self._past_end(f"seek to {offset}", partition, offset, end)
             offset = end
-        self.last_read.pop(partition, None)
+        self.state.unread(partition)
         return offset
 
     def _log_end(self, partition: int) -> int:
@@ -278,11 +277,4 @@ class Positions:
                 offset = self._resume_at.pop(p)
                 if p in free:
                     # A fresh fetch at once: a resumed partition otherwise waits out a backoff.
-                    self._consumer.seek(TopicPartition(self.topic, p, offset))
-
-    # -- confirms --------------------------------------------------------------------------
-
-    def note_confirmed(self, positions: dict[int, int]) -> None:
-        """Remember positions this member confirmed (a rebalance never resumes below them)."""
-        for p, o in positions.items():
-            self.confirmed[p] = max(o, self.confirmed.get(p, o))
+                    self.state.seek(p, offset)

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Hashable
 
-from bolide.facade._parts.lanes import Track
+from bolide.facade.receiving.lanes import Track
 from bolide.facade.record import Record
 
 __all__ = ["Entry", "Shelf"]

@@ -1,4 +1,4 @@
-"""``assemble``: a subscriber's parts, built together because they share its partitions held,
+"""``assemble``: a subscriber's parts, built together because they share its partitions' state,
 its queue, its lock and its error handler."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from bolide.facade._internal.fatal import Refusals
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.confirms import Confirms
-from bolide.facade._parts.fetch import Fetcher
-from bolide.facade._parts.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
-from bolide.facade._parts.lease import Lease
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.consumer.confirms import Confirms
+from bolide.facade.consumer.fetch import Fetcher
+from bolide.facade.consumer.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
+from bolide.facade.consumer.lease import Lease
+from bolide.facade.consumer.positions import Positions, Report
+from bolide.facade.consumer.state import GroupState, ManualState, PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.record import Record
 
@@ -29,8 +30,8 @@ class Parts:
     """What a subscriber is made of (see docs/architecture.md)."""
 
     consumer: Consumer
-    #: The partitions held: one set, updated in place, that every part reads.
-    assigned: set[int]
+    #: The partitions' state (held, positions, read, confirmed, holds): its only writer.
+    state: PartitionState
     positions: Positions
     confirms: Confirms
     #: Read, not yet delivered.
@@ -106,8 +107,7 @@ class Parts:
         return ReceiverSeat(
             subscriber,
             self.consumer,
-            assigned=self.assigned,
-            holds=self.positions.holds,
+            state=self.state,
             lock=lock,
             report=report,
             confirm=confirm,
@@ -132,13 +132,12 @@ def assemble(
     """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of
     ``partitions``). Nothing talks to Kafka until ``Parts.start``."""
     topic, grouped = config.single.name, config.grouped
-    assigned: set[int] = set() if grouped else set(range(partitions))
-    positions = Positions(cluster, config, consumer, partitions, report)
+    state = GroupState(consumer, topic) if grouped else ManualState(consumer, topic, partitions)
+    positions = Positions(cluster, config, consumer, state, partitions, report)
     confirms = Confirms(
         topic,
         consumer,
         positions,
-        assigned,
         grouped=grouped,
         group_id=group_id,
         store=config.positions,
@@ -146,14 +145,13 @@ def assemble(
         lock=lock,
     )
     pending: deque[Message | Record] = deque()
-    host = SessionHost(consumer, topic, assigned, positions, pending, report, lock)
+    host = SessionHost(consumer, topic, positions, pending, report, lock)
     durable = DurableSession(host, cluster, config, partitions) if config.durable_id else None
     hooks = ReceiverHooks()
     fetcher = Fetcher(
         cluster,
         config,
         consumer,
-        assigned=assigned,
         positions=positions,
         durable=durable,
         report=report,
@@ -166,7 +164,7 @@ def assemble(
         consumer,
         topic,
         group_id,
-        assigned=assigned,
+        state=state,
         positions=positions,
         confirms=confirms,
         fetcher=fetcher,
@@ -176,4 +174,4 @@ def assemble(
         lock=lock,
         closed=closed,
     )
-    return Parts(consumer, assigned, positions, confirms, pending, durable, fetcher, lease, hooks)
+    return Parts(consumer, state, positions, confirms, pending, durable, fetcher, lease, hooks)

@@ -10,8 +10,8 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.errors import BrokerError
-from bolide.facade.features import broker_features
 from bolide.facade.kafka import admin_client
+from bolide.facade.kafka.features import broker_features
 
 __all__ = ["GroupSettings", "configure_group", "require_share_groups"]
 

@@ -14,7 +14,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from bolide.facade._internal.fatal import AUTHENTICATION_CODES, Refusals, authentication_error
-from bolide.facade.compat import confirm_ends, confirm_time_offsets, stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import (
     AuthorizationError,
@@ -22,6 +21,7 @@ from bolide.facade.errors import (
     BrokerError,
     StreamConfigMismatchError,
 )
+from bolide.facade.kafka.compat import confirm_ends, confirm_time_offsets, stale_watermarks
 from bolide.facade.ports import DurableClient
 
 T = TypeVar("T")
@@ -425,7 +425,7 @@ def log_ends(
     """The end (next offset to be written) of each partition.
 
     Kafka's reported high watermark is the end; on a broker whose watermark may point into the
-    last batch (``bolide.facade.compat``) the end is confirmed by reading forward from it.
+    last batch (``bolide.facade.kafka.compat``) the end is confirmed by reading forward from it.
 
     Args:
         cluster: Where the topic lives.

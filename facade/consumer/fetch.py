@@ -10,40 +10,24 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
 from bolide.facade._internal.fatal import Refusals, refused
-from bolide.facade._parts.client import refused_error
-from bolide.facade._parts.decoding import Decoder
-from bolide.facade._parts.positions import Positions, Report
-from bolide.facade._parts.shared_fetch import RingReader, reader
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.client import refused_error
+from bolide.facade.consumer.decoding import Decoder
+from bolide.facade.consumer.positions import Positions, Report
+from bolide.facade.consumer.shared_fetch import RingReader, reader
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import BolideError, SerializationError
+from bolide.facade.ports import Polled
 from bolide.facade.record import Record, RecordBatch, record_from_message
 
-__all__ = ["Fetcher", "Polled"]
+__all__ = ["Fetcher"]
 
 _MIXED_WAIT_S = 0.01  # longest own-consumer wait while other partitions read the shared ring
-
-
-@dataclass(slots=True)
-class Polled:
-    """What one poll handed over, kept so that it can be given back (``Fetcher.give_back``).
-
-    Attributes:
-        batch: The records returned; ``None`` when the poll raised, or found the subscriber
-            closed by another caller while it waited.
-        error: What the poll raised, or ``None``.
-        last_read: ``last_read`` as it was before the poll.
-    """
-
-    batch: RecordBatch | None
-    error: Exception | None
-    last_read: dict[int, int]
 
 
 class Fetcher:
@@ -53,7 +37,6 @@ class Fetcher:
         cluster: Where the dead letter stream lives.
         config: The subscriber's settings (batch size, serde, dead letter).
         consumer: The subscriber's Kafka consumer.
-        assigned: The partitions the subscriber holds; it updates the set in place.
         positions: The subscriber's positions, moved as records are delivered.
         durable: A durable client's session (replay flags, live records held back), or ``None``.
         report: The subscriber's error handler.
@@ -72,7 +55,6 @@ class Fetcher:
         cluster: Cluster,
         config: SubscriberConfig,
         consumer: Consumer,
-        assigned: set[int],
         positions: Positions,
         durable: DurableSession | None,
         report: Report,
@@ -85,11 +67,10 @@ class Fetcher:
         self.deactivated = False
         self._consumer = consumer
         self._topic = config.single.name
-        self._grouped = config.grouped
         self._limit = config.max_batch
-        self._assigned = assigned
         self._positions = positions
-        self._next, self._last_read = positions.next, positions.last_read
+        self._state = state = positions.state
+        self._assigned = state.assigned()
         self._history, self._gaps = positions.history, positions.gaps
         self._decoder = Decoder(cluster, config) if config.serde is not None else None
         self._dead_letter = config.dead_letter is not None
@@ -99,7 +80,7 @@ class Fetcher:
         self._sharing = (
             self._decoder is None
             and durable is None
-            and not self._grouped
+            and not config.grouped
             and config.shared_fetch_bytes > 0
         )
         self._cluster, self._config = cluster, config
@@ -123,7 +104,7 @@ class Fetcher:
         self.last_poll_ms = int(time.time() * 1000)
         if self._deferred is not None and not self._returned:
             (error, counted), self._deferred = self._deferred, None
-            self._last_read.update(counted)
+            self._state.read(counted)
             raise error
         refused = self._refusals.take()  # kept by the error_cb in the previous poll
         if refused is not None:
@@ -150,7 +131,7 @@ class Fetcher:
         try:
             self._gather(out, read, limit, deadline)
         except Exception as exc:
-            self._last_read.update(read)
+            self._state.read(read)
             consumed, self._consumed = self._consumed, None
             if out:
                 # Deliver what was gathered; the error (and the consumed record's position)
@@ -158,19 +139,19 @@ class Fetcher:
                 self._deferred = (exc, dict([consumed]) if consumed is not None else {})
                 return RecordBatch(out)
             if consumed is not None:
-                self._last_read[consumed[0]] = consumed[1]
+                self._state.read(dict([consumed]))
             raise
         except BaseException:
             # Interrupted (KeyboardInterrupt, SystemExit): hand nothing out, move nothing.
             self._requeue(out)
             raise
         else:
-            self._last_read.update(read)
+            self._state.read(read)
         return RecordBatch(out)
 
     def poll_once(self, deadline: float) -> Polled:
         """``poll``, with its outcome kept (a failure included) so that it can be given back."""
-        before = dict(self._last_read)
+        before = dict(self._state.last_read())
         try:
             return Polled(self.poll(deadline), None, before)
         except Exception as exc:
@@ -184,12 +165,7 @@ class Fetcher:
         were before it, so nothing is lost and no position moves.
         """
         records = list(polled.batch or ())
-        moved = {p: o for p, o in self._last_read.items() if polled.last_read.get(p) != o}
-        for p in moved:
-            if p in polled.last_read:
-                self._last_read[p] = polled.last_read[p]
-            else:
-                del self._last_read[p]
+        moved = self._state.restore_read(polled.last_read)
         if polled.error is not None:
             # Positions it counted as read (an undecodable record) count once it is raised.
             self._deferred = (polled.error, moved)
@@ -229,19 +205,16 @@ class Fetcher:
     def rewind(self, offsets: Mapping[int, int]) -> None:
         """Read partitions again from ``offsets`` (records a receiver abandoned unfinished):
         what lies below stays confirmable, nothing at or past them until it is read again."""
-        last_read = self._last_read
+        state = self._state
         for p, offset in offsets.items():
             if p not in self._assigned:
                 continue  # given up: the next owner reads on from the confirmed offset
             self.drop({p})
-            if self._grouped:
-                self._positions.rewind(p, offset)
-            else:
+            if state.reassigns_on_rewind:
                 self.move(p, offset)
-            if offset > 0 and last_read.get(p, -1) >= offset:
-                last_read[p] = offset - 1
-            elif offset == 0:
-                last_read.pop(p, None)
+            else:
+                self._positions.rewind(p, offset)
+            state.read_again_from(p, offset)
 
     def close(self) -> None:
         """Release the dead letter publisher and the shared fetch."""
@@ -334,7 +307,7 @@ class Fetcher:
         self.pending.extendleft(reversed(out))
         for record in reversed(out):
             if record.partition is not None and record.offset is not None:
-                self._next[record.partition] = record.offset
+                self._state.delivered(record.partition, record.offset)
 
     def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
         """Deliver messages straight into ``out`` (no serde, no error; in a durable replay,
@@ -346,7 +319,7 @@ class Fetcher:
             self.pending.extend(msgs)
             return
         fetched, durable = self._gaps.expected, self._durable
-        assigned, grouped, topic, ringed = self._assigned, self._grouped, self._topic, self._ringed
+        assigned, topic, ringed = self._assigned, self._topic, self._ringed
         append = out.append
         run = -1  # partition of the current run (-1: none, or a partition to skip)
         expected: int | None = None  # next offset expected in the run (None: not known yet)
@@ -361,7 +334,7 @@ class Fetcher:
                 if partition != run:
                     if last >= 0:
                         last = self._end_run(run, last, end, read)
-                    gone = partition not in assigned if grouped else partition in ringed
+                    gone = partition not in assigned or partition in ringed
                     if partition is None or gone:  # not held, or read from the shared ring
                         run = -1
                         continue
@@ -399,16 +372,19 @@ class Fetcher:
         """Write the positions of a run delivered up to offset ``last`` (and the replay's
         progress when ``end``, its marker, is set); returns -1, the next run's ``last``."""
         read[partition] = last
-        self._next[partition] = self._gaps.expected[partition] = last + 1
+        self._gaps.expected[partition] = last + 1
+        self._state.delivered(partition, last + 1)
         if end is not None and self._durable is not None:
             self._durable.replayed_run(partition, last)
         return -1
 
     def _refetch_gap(self, msg: Message) -> bool:
         """``FetchGaps.refetch``, also dropping what is queued for that partition."""
-        if not self._gaps.refetch(self._consumer, msg):
+        at = self._gaps.refetch_from(msg)
+        if at is None:
             return False
         partition = msg.partition()
+        self._state.seek(partition or 0, at)
         self._keep(lambda m: _partition_of(m) != partition)
         return True
 
@@ -438,13 +414,11 @@ class Fetcher:
             err = item.error()
             if err is not None:
                 return self._on_error(item, err)
-            if (not self._grouped or item.partition() in self._assigned) and self._refetch_gap(
-                item
-            ):
+            if item.partition() in self._assigned and self._refetch_gap(item):
                 return None
             record = record_from_message(item, self._topic)
         partition = record.partition if record.partition is not None else 0
-        if self._grouped and partition not in self._assigned:
+        if partition not in self._assigned:
             return None
         failure = self._decoder.decode(record) if self._decoder is not None else None
         if self._durable is not None and not self._durable.admit(record):
@@ -455,7 +429,7 @@ class Fetcher:
         if record.offset is not None:
             if failure is None or self._dead_letter:
                 read[partition] = record.offset
-            self._next[partition] = record.offset + 1
+            self._state.delivered(partition, record.offset + 1)
         if failure is not None:
             return failure if not self._dead_letter else None
         return record

@@ -25,8 +25,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._parts.lanes import NO_LANE, LaneOf
-from bolide.facade._parts.shelf import Entry, Shelf
 from bolide.facade.config import PublisherConfig, StreamConfig
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError, StreamConfigMismatchError
@@ -38,6 +36,8 @@ from bolide.facade.receiver import (
     RecordHandler,
     is_async_handler,
 )
+from bolide.facade.receiving.lanes import NO_LANE, LaneOf
+from bolide.facade.receiving.shelf import Entry, Shelf
 from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, Retry
 

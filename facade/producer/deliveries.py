@@ -15,9 +15,10 @@ from typing import Any, TypeAlias
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bolide.facade._internal.fatal import Scope, fatal_error
-from bolide.facade._internal.future import DeliveryFuture
-from bolide.facade._internal.transactions import Transactions
 from bolide.facade.errors import BolideError, PublishError, TransactionError
+from bolide.facade.ports import PublishCallback
+from bolide.facade.producer.future import DeliveryFuture
+from bolide.facade.producer.transactions import Transactions
 from bolide.facade.record import Record, headers_or_none
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
 
 log = logging.getLogger("bolide.facade.publisher")
 
-PublishCallback = Callable[[int | None, BaseException | None], None]
 #: What a publisher awaits a report for: a record with a callback, with a future, or a batch.
 Pending: TypeAlias = "Delivery | FutureDelivery | Batch"
 

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.confirms import Confirms
-from bolide.facade._parts.fetch import Fetcher
-from bolide.facade._parts.host import ReceiverHooks
-from bolide.facade._parts.positions import Positions, Report
 from bolide.facade.config import SubscriberConfig
+from bolide.facade.consumer.confirms import Confirms
+from bolide.facade.consumer.fetch import Fetcher
+from bolide.facade.consumer.host import ReceiverHooks
+from bolide.facade.consumer.positions import Positions, Report
+from bolide.facade.consumer.state import PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import NotAssignedError
 
@@ -41,7 +42,7 @@ class Lease:
         consumer: The subscriber's Kafka consumer.
         topic: The stream's topic.
         group_id: The subscriber group (for messages).
-        assigned: The partitions held (updated in place; the subscriber's parts share it).
+        state: The subscriber's partitions: which are held, their holds.
         positions: Where each partition reads; its holds and history cursors.
         confirms: The subscriber's confirms (committed on revocation by the hooks).
         fetcher: The subscriber's fetcher: what it holds of a partition that moves away goes.
@@ -59,7 +60,7 @@ class Lease:
         topic: str,
         group_id: str,
         *,
-        assigned: set[int],
+        state: PartitionState,
         positions: Positions,
         confirms: Confirms,
         fetcher: Fetcher,
@@ -73,7 +74,7 @@ class Lease:
         self._consumer = consumer
         self._topic = topic
         self._group_id = group_id
-        self._assigned = assigned
+        self._state = state
         self._positions = positions
         self._confirms = confirms
         self._hooks = hooks
@@ -100,7 +101,7 @@ class Lease:
         fetcher = self._fetcher
         if fetcher.deactivated:
             return
-        self.lose(sorted(self._assigned), lost=False)  # on_revoke while still owned
+        self.lose(sorted(self._state.assigned()), lost=False)  # on_revoke while still owned
         fetcher.deactivated = True
         self._consumer.unsubscribe()
         fetcher.pending.clear()
@@ -127,8 +128,7 @@ class Lease:
             # from the group's confirmed offsets (never back below either).
             self._report(f"positioning {self._topic}{parts} failed; using confirmed offsets", exc)
             positions.fallback(parts)
-        self._assigned.intersection_update(parts)
-        self._assigned.update(parts)
+        self._state.take(parts)
         log.info("%s assigned %s[%s]", self._group_id, self._topic, parts)
         if self._durable is not None:
             self._durable.on_assigned(parts)
@@ -139,16 +139,16 @@ class Lease:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self.lose([tp.partition for tp in partitions], lost=False)
-        consumer.unassign()
+        self._state.unassign()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self.lose([tp.partition for tp in partitions], lost=True)
-        consumer.unassign()
+        self._state.unassign()
 
     def lose(self, parts: list[int], *, lost: bool) -> None:
         """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``."""
-        held = self._assigned & set(parts)
+        held = self._state.assigned() & set(parts)
         hook, listener = self._config.on_revoke, self._hooks.on_revoke
         if held and listener is not None and lost:
             listener(sorted(held), True)
@@ -162,9 +162,9 @@ class Lease:
                 self._call_hook(hook, "on_revoke", sorted(held))
             finally:
                 self._confirms.revoking = False
-        self._assigned -= set(parts)
-        # A revoke forgets the holds (``reapply`` resumes what librdkafka kept paused).
-        self._positions.holds.drop(parts)
+        # Its holds go too (a revoke forgets them; ``Holds.reapply`` resumes what librdkafka
+        # kept paused of a partition handed straight back).
+        self._state.lose(parts)
         for p in parts:
             self._positions.history.close(p)
         self._fetcher.drop(parts)
@@ -189,7 +189,7 @@ class Lease:
 
     def expired(self) -> None:
         """The consumer missed its poll deadline: the group has moved on without it."""
-        self.lose(sorted(self._assigned), lost=True)
+        self.lose(sorted(self._state.assigned()), lost=True)
 
     def leave(self, *, joining: bool) -> None:
         """Leave the group, serving its callbacks here rather than in ``Consumer.close``.
@@ -220,5 +220,5 @@ class Lease:
             settled = self.rebalances == served and (static or not consumer.assignment())
             quiet = quiet + 1 if settled else 0
         if static:
-            self.lose(sorted(self._assigned), lost=False)
-            consumer.unassign()
+            self.lose(sorted(self._state.assigned()), lost=False)
+            self._state.unassign()

@@ -14,11 +14,8 @@ the pause of a partition handed straight back to the same member, so after each 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal, TypeAlias
-
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 __all__ = ["Holds", "Why"]
 
@@ -29,15 +26,18 @@ _REASONS: tuple[Why, ...] = ("history", "replay", "throttle", "parked", "user", 
 
 
 class Holds:
-    """The partitions each reason holds; the consumer is paused on the first hold of a
-    partition and resumed when its last hold is released. Called under the subscriber's lock;
-    ``holding`` may be read without it (each reason's set is replaced, never changed)."""
+    """The partitions each reason holds; ``pause`` is called on the first hold of a
+    partition and ``resume`` when its last hold is released (``PartitionState`` passes its
+    consumer's). Called under the subscriber's lock; ``holding`` may be read without it (each
+    reason's set is replaced, never changed)."""
 
-    __slots__ = ("_by", "_consumer", "_topic")
+    __slots__ = ("_by", "_pause", "_resume")
 
-    def __init__(self, consumer: Consumer, topic: str) -> None:
-        self._consumer = consumer
-        self._topic = topic
+    def __init__(
+        self, pause: Callable[[frozenset[int]], None], resume: Callable[[frozenset[int]], None]
+    ) -> None:
+        self._pause = pause
+        self._resume = resume
         self._by: dict[Why, frozenset[int]] = dict.fromkeys(_REASONS, frozenset())
 
     def hold(self, partitions: Iterable[int], why: Why) -> None:
@@ -48,7 +48,7 @@ class Holds:
         new = parts - self.held()
         self._by[why] = self._by[why] | parts
         if new:
-            self._call(self._consumer.pause, new)
+            self._pause(new)
 
     def release(self, partitions: Iterable[int], why: Why) -> frozenset[int]:
         """Let go of ``why``'s hold on ``partitions``; returns those no reason holds any more,
@@ -59,7 +59,7 @@ class Holds:
         self._by[why] = self._by[why] - parts
         free = parts - self.held()
         if free:
-            self._call(self._consumer.resume, free)
+            self._resume(free)
         return free
 
     def holding(self, why: Why) -> frozenset[int]:
@@ -87,12 +87,6 @@ class Holds:
         parts = frozenset(partitions)
         held = self.held() & parts
         if held:
-            self._call(self._consumer.pause, held)
+            self._pause(held)
         if parts - held:
-            self._call(self._consumer.resume, parts - held)
-
-    def _call(self, method: object, parts: frozenset[int]) -> None:
-        assert callable(method)
-        # The consumer closed or the partitions went away: nothing left to pause or resume.
-        with contextlib.suppress(KafkaException, RuntimeError):
-            method([TopicPartition(self._topic, p) for p in sorted(parts)])
+            self._resume(parts - held)

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade._parts.positions import Positions, Report
+from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
 
@@ -31,7 +31,6 @@ class Confirms:
         topic: The stream's topic.
         consumer: The subscriber's Kafka consumer.
         positions: The subscriber's positions (``last_read`` is what a confirm confirms).
-        assigned: The partitions the subscriber holds (updated in place by it).
         grouped: The subscriber has a consumer group (a subscriber group or a durable client).
         group_id: Its consumer group id.
         store: Where the positions are kept instead of Kafka, or ``None``.
@@ -49,7 +48,6 @@ class Confirms:
         topic: str,
         consumer: Consumer,
         positions: Positions,
-        assigned: set[int],
         *,
         grouped: bool,
         group_id: str,
@@ -60,7 +58,7 @@ class Confirms:
         self._topic = topic
         self._consumer = consumer
         self._positions = positions
-        self._assigned = assigned
+        self._state = positions.state
         self._grouped = grouped
         self._store = store
         self._report = report
@@ -106,7 +104,8 @@ class Confirms:
             NotAssignedError: ``strict``, and records read on a partition no longer held (or
                 on any, once deactivated) are not confirmed.
         """
-        last_read = self._positions.last_read if read is None else read
+        state = self._state
+        last_read = read if read is not None else state.last_read()
         if offset is None:
             targets = dict(last_read)
         else:
@@ -117,17 +116,16 @@ class Confirms:
                     f"(last read: {last})"
                 )
             targets = {partition: offset}
-        if not self._grouped:
-            return {p: o + 1 for p, o in targets.items()}
-        assigned = set() if deactivated else set(self._assigned)
-        confirmed = self._positions.confirmed
+        # An ungrouped subscriber holds every partition: what it read is all confirmable.
+        assigned = set() if deactivated else set(state.assigned())
+        confirmed = state.confirmed()
         unconfirmed = sorted(
             p for p, o in targets.items() if p not in assigned and o + 1 > confirmed.get(p, 0)
         )
         if read is None and offset is None:
             for p in set(targets) - assigned:  # another member reads them from here
-                if self._positions.last_read.get(p) == targets[p]:
-                    self._positions.last_read.pop(p, None)
+                if state.last_read().get(p) == targets[p]:
+                    state.unread(p)
         if unconfirmed and strict:
             raise NotAssignedError(
                 f"records read on {self._topic}{unconfirmed} are not confirmed and the "
@@ -174,7 +172,7 @@ class Confirms:
             IllegalSubscriberStateError: The consumer is closed.
         """
         if note:
-            self._positions.note_confirmed(positions)
+            self._state.note_confirmed(positions)
         commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
         if not self.revoking and self._consumer_lock is not None:
             with self._lock:
@@ -190,10 +188,10 @@ class Confirms:
             if not commits:
                 return
             if not self.revoking:
-                self._consumer.commit(offsets=commits, asynchronous=True)
+                self._state.commit(commits, asynchronous=True)
                 return
             try:
-                self._consumer.commit(offsets=commits, asynchronous=False)
+                self._state.commit(commits, asynchronous=False)
             except KafkaException as exc:
                 for tp in commits:  # not committed: a later confirm may send it again
                     if self._sent.get(tp.partition) == tp.offset:
@@ -206,7 +204,7 @@ class Confirms:
         with self._lock:
             commits = self._fresh(commits)
             if commits and not self._closed:
-                self._consumer.commit(offsets=commits, asynchronous=True)
+                self._state.commit(commits, asynchronous=True)
 
     def _fresh(self, commits: list[TopicPartition]) -> list[TopicPartition]:
         """``commits`` above what was committed before; noted as committed (lock held)."""
@@ -259,7 +257,7 @@ class Confirms:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self._topic)
             metadata = self._consumer.consumer_group_metadata()
         offsets = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
-        return offsets, metadata, lambda: self._positions.note_confirmed(positions)
+        return offsets, metadata, lambda: self._state.note_confirmed(positions)
 
     # -- the application's database ----------------------------------------------------------
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bolide.facade._parts.lanes import Board, Item
+from bolide.facade.receiving.lanes import Board, Item
 
 __all__ = ["AsyncWorkers", "ThreadWorkers"]
 

@@ -35,11 +35,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from bolide.facade._parts.client import consumer_config, group_id
-from bolide.facade._parts.positions import Positions
-from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.client import consumer_config, group_id
+from bolide.facade.consumer.positions import Positions
 from bolide.facade.kafka import new_client
+from bolide.facade.kafka.compat import FetchGaps
 from bolide.facade.record import Record, SharedRecord, record_from_message
 
 __all__ = ["RingReader", "SharedFetch", "active", "reader"]
@@ -375,7 +375,8 @@ class RingReader:
             the own consumer could fetch is read from the ring (nothing to fetch alone).
         """
         positions, ringed = self._positions, self.ringed
-        nexts, expected = positions.next, positions.gaps.expected
+        state, expected = positions.state, positions.gaps.expected
+        nexts = state.nexts()
         feed = self._share.feed
         if feed is None:
             if ringed:  # the fetch stopped: back to the own consumer
@@ -412,7 +413,8 @@ class RingReader:
                 if records:
                     out += records
                     read[partition] = last
-                    nexts[partition] = expected[partition] = at = last + 1
+                    expected[partition] = at = last + 1
+                    state.delivered(partition, at)
                     took = True
                 ring.readers[me] = (at, now)
         if took and feed.full:

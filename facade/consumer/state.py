@@ -1,0 +1,181 @@
+"""``PartitionState``: one subscriber's partitions, and the one writer of their state.
+
+Which partitions the subscriber holds, where each reads next, the last offset a poll returned
+on each (what ``confirm()`` confirms), the positions it confirmed, and why each is paused: the
+subscriber's parts (fetching, confirms, the lease, the durable session, the shared fetch, the
+receivers) ask it and tell it, and never hold its dictionaries. It is also the only caller of
+the subscriber's consumer's ``assign``, ``unassign``, ``pause``, ``resume``, ``seek`` and
+``commit`` (tests/test_architecture.py checks it), so each change of a partition's state has
+one place where it happens.
+
+Group and manual assignment are two classes chosen once, when the subscriber is built: a
+group member holds what the group hands it and gives partitions up one by one (``lose``); a
+subscriber without a group holds every partition of its stream for its whole life.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from types import MappingProxyType
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from bolide.facade.consumer.holds import Holds
+
+__all__ = ["GroupState", "ManualState", "PartitionState"]
+
+
+class PartitionState:
+    """A subscriber's partitions on one stream; called under the subscriber's lock.
+
+    The views it hands out (``assigned``, ``nexts``, ``last_read``, ``confirmed``) are
+    read-only and live: a hot loop may keep one in a local.
+
+    Args:
+        consumer: The subscriber's Kafka consumer.
+        topic: The stream's topic.
+        held: The partitions held from the start.
+
+    Attributes:
+        holds: Which partitions are paused, and why.
+    """
+
+    #: A rewound partition is repositioned by assigning again (no group lease to keep).
+    reassigns_on_rewind = False
+
+    def __init__(self, consumer: Consumer, topic: str, held: Iterable[int] = ()) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self._assigned: set[int] = set(held)
+        self._next: dict[int, int] = {}
+        self._last_read: dict[int, int] = {}
+        self._confirmed: dict[int, int] = {}
+        self.holds = Holds(self._pause, self._resume)
+        self._views = (
+            MappingProxyType(self._next),
+            MappingProxyType(self._last_read),
+            MappingProxyType(self._confirmed),
+        )
+
+    # -- what it answers ---------------------------------------------------------------------
+
+    def assigned(self) -> AbstractSet[int]:
+        """The partitions held (a live view)."""
+        return self._assigned
+
+    def nexts(self) -> Mapping[int, int]:
+        """The next offset to deliver, per partition (a live view)."""
+        return self._views[0]
+
+    def last_read(self) -> Mapping[int, int]:
+        """The last offset a poll returned, per partition (a live view)."""
+        return self._views[1]
+
+    def confirmed(self) -> Mapping[int, int]:
+        """The highest position (next offset) this member confirmed, per partition."""
+        return self._views[2]
+
+    # -- what it is told ---------------------------------------------------------------------
+
+    def delivered(self, partition: int, next_offset: int) -> None:
+        """``partition`` delivers from ``next_offset`` on."""
+        self._next[partition] = next_offset
+
+    def forget_next(self, partition: int) -> None:
+        """Nothing is known of where ``partition`` delivers next (Kafka's group says)."""
+        self._next.pop(partition, None)
+
+    def read(self, offsets: Mapping[int, int]) -> None:
+        """A poll returned records up to ``offsets`` (the last offset per partition)."""
+        self._last_read.update(offsets)
+
+    def unread(self, partition: int) -> None:
+        """Nothing read on ``partition`` is confirmable any more."""
+        self._last_read.pop(partition, None)
+
+    def restore_read(self, before: Mapping[int, int]) -> dict[int, int]:
+        """Put ``last_read`` back as it was (``before``); returns the offsets that had moved."""
+        moved = {p: o for p, o in self._last_read.items() if before.get(p) != o}
+        for p in moved:
+            if p in before:
+                self._last_read[p] = before[p]
+            else:
+                del self._last_read[p]
+        return moved
+
+    def read_again_from(self, partition: int, offset: int) -> None:
+        """``partition`` is read again from ``offset``: what lies below stays confirmable."""
+        if offset > 0 and self._last_read.get(partition, -1) >= offset:
+            self._last_read[partition] = offset - 1
+        elif offset == 0:
+            self._last_read.pop(partition, None)
+
+    def note_confirmed(self, positions: Mapping[int, int]) -> None:
+        """Remember positions this member confirmed (a rebalance never resumes below them)."""
+        for p, o in positions.items():
+            self._confirmed[p] = max(o, self._confirmed.get(p, o))
+
+    def take(self, partitions: Iterable[int]) -> None:
+        """The group assigned exactly ``partitions`` (a group member's rebalance)."""
+        parts = set(partitions)
+        self._assigned.intersection_update(parts)
+        self._assigned.update(parts)
+
+    def lose(self, partitions: Iterable[int]) -> frozenset[int]:
+        """Give up ``partitions`` (revoked or lost, or every one when the lease expired),
+        keeping the others; returns those that were held. Kafka forgets a moved partition's
+        pause, so its holds go too."""
+        parts = frozenset(partitions)
+        held = frozenset(self._assigned & parts)
+        self._assigned -= parts
+        self.holds.drop(parts)
+        return held
+
+    # -- the consumer ------------------------------------------------------------------------
+
+    def assign(self, assignment: list[TopicPartition]) -> None:
+        """Assign the consumer ``assignment`` (topic partitions at their offsets)."""
+        self._consumer.assign(assignment)
+
+    def unassign(self) -> None:
+        """The consumer lets go of its assignment (a revocation handled)."""
+        self._consumer.unassign()
+
+    def seek(self, partition: int, offset: int) -> None:
+        """The consumer fetches ``partition`` from ``offset``."""
+        self._consumer.seek(TopicPartition(self.topic, partition, offset))
+
+    def commit(self, offsets: list[TopicPartition], *, asynchronous: bool) -> None:
+        """Commit ``offsets`` (of any topic: a retry tier's too) to the consumer group."""
+        if asynchronous:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        else:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+
+    def _pause(self, parts: frozenset[int]) -> None:
+        self._call_on(self._consumer.pause, parts)
+
+    def _resume(self, parts: frozenset[int]) -> None:
+        self._call_on(self._consumer.resume, parts)
+
+    def _call_on(self, method: object, parts: frozenset[int]) -> None:
+        assert callable(method)
+        # The consumer closed or the partitions went away: nothing left to pause or resume.
+        with contextlib.suppress(KafkaException, RuntimeError):
+            method([TopicPartition(self.topic, p) for p in sorted(parts)])
+
+
+class GroupState(PartitionState):
+    """A consumer group member's partitions: none until the group hands it some (``take``);
+    given up one by one as the group moves them (``lose``)."""
+
+
+class ManualState(PartitionState):
+    """An ungrouped subscriber's partitions: every partition of its stream, for its life."""
+
+    reassigns_on_rewind = True
+
+    def __init__(self, consumer: Consumer, topic: str, partitions: int) -> None:
+        super().__init__(consumer, topic, range(partitions))
