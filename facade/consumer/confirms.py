@@ -97,12 +97,14 @@ class Confirms:
         last record handed out), on every partition. Records read on a partition a grouped
         subscriber no longer holds can no longer be confirmed by it: they are reported (once:
         they are forgotten) and left out, or with ``strict`` (a transaction, whose outputs of
-        those records must not commit) raise. A ``deactivated`` subscriber holds none.
+        those records must not commit) raise; so do, with ``strict``, records read on a
+        partition revoked since, even one handed straight back (it reads them again from its
+        committed offset). A ``deactivated`` subscriber holds none.
 
         Raises:
             ValueError: ``offset`` was never read on ``partition``.
             NotAssignedError: ``strict``, and records read on a partition no longer held (or
-                on any, once deactivated) are not confirmed.
+                on any, once deactivated, or revoked since they were read) are not confirmed.
         """
         state = self._state
         last_read = read if read is not None else state.last_read()
@@ -126,14 +128,8 @@ class Confirms:
             for p in set(targets) - assigned:  # another member reads them from here
                 if state.last_read().get(p) == targets[p]:
                     state.unread(p)
-        if unconfirmed and strict:
-            raise NotAssignedError(
-                f"records read on {self._topic}{unconfirmed} are not confirmed and the "
-                "partitions are no longer held: the transaction must not commit their outputs "
-                "(it is aborted; the partitions' new owner reads them again)",
-                stream=self._topic,
-                partition=unconfirmed[0],
-            )
+        if strict:
+            self._refuse_revoked(unconfirmed)
         if unconfirmed and not deactivated:
             self._report(
                 f"confirm without the lease on {self._topic}{unconfirmed}: nothing changed",
@@ -142,6 +138,25 @@ class Confirms:
                 ),
             )
         return {p: o + 1 for p, o in targets.items() if p in assigned}
+
+    def _refuse_revoked(self, unconfirmed: list[int]) -> None:
+        """Raise for records read and not confirmed on partitions ``unconfirmed`` (not held)
+        or revoked since they were read; they are forgotten first, so it is raised once.
+
+        Raises:
+            NotAssignedError: There are such records.
+        """
+        revoked = sorted(set(unconfirmed) | set(self._state.revoked_since_read()))
+        if not revoked:
+            return
+        self._state.forget_reads(revoked)
+        raise NotAssignedError(
+            f"records read on {self._topic}{revoked} are not confirmed and the partitions "
+            "were revoked since: the transaction must not commit their outputs (it is "
+            "aborted; the partitions' owner reads them again from the last confirm)",
+            stream=self._topic,
+            partition=revoked[0],
+        )
 
     def confirm(self, positions: dict[int, int], conn: Any) -> None:
         """Write ``positions``: through ``conn`` into the store, else to the consumer group.

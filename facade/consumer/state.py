@@ -1,12 +1,12 @@
 """``PartitionState``: one subscriber's partitions, and the one writer of their state.
 
-Which partitions the subscriber holds, where each reads next, the last offset a poll returned
-on each (what ``confirm()`` confirms), the positions it confirmed, and why each is paused: the
-subscriber's parts (fetching, confirms, the lease, the durable session, the shared fetch, the
-receivers) ask it and tell it, and never hold its dictionaries. It is also the only caller of
-the subscriber's consumer's ``assign``, ``unassign``, ``pause``, ``resume``, ``seek`` and
-``commit`` (tests/test_architecture.py checks it), so each change of a partition's state has
-one place where it happens.
+Which partitions the subscriber holds (and since which assignment: its epoch), where each reads
+next, the last offset a poll returned on each (what ``confirm()`` confirms), the positions it
+confirmed, and why each is paused: the subscriber's parts (fetching, confirms, the lease, the
+durable session, the shared fetch, the receivers) ask it and tell it, and never hold its
+dictionaries. It is also the only caller of the subscriber's consumer's ``assign``,
+``unassign``, ``pause``, ``resume``, ``seek`` and ``commit`` (tests/test_architecture.py
+checks it), so each change of a partition's state has one place where it happens.
 
 Group and manual assignment are two classes chosen once, when the subscriber is built: a
 group member holds what the group hands it and gives partitions up one by one (``lose``); a
@@ -16,6 +16,7 @@ subscriber without a group holds every partition of its stream for its whole lif
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
@@ -52,6 +53,12 @@ class PartitionState:
         self._next: dict[int, int] = {}
         self._last_read: dict[int, int] = {}
         self._confirmed: dict[int, int] = {}
+        # Each assignment of a partition gets a new epoch; a read not yet confirmed keeps the
+        # epoch of its first record, so a confirm sees a revocation in between (even one
+        # handed straight back: the partition then reads again from its committed offset).
+        self._epochs = itertools.count(1)
+        self._epoch: dict[int, int] = {p: next(self._epochs) for p in self._assigned}
+        self._read_in: dict[int, int] = {}
         self.holds = Holds(self._pause, self._resume)
         self._views = (
             MappingProxyType(self._next),
@@ -90,6 +97,20 @@ class PartitionState:
     def read(self, offsets: Mapping[int, int]) -> None:
         """A poll returned records up to ``offsets`` (the last offset per partition)."""
         self._last_read.update(offsets)
+        for p in offsets:
+            self._read_in.setdefault(p, self._epoch.get(p, 0))
+
+    def revoked_since_read(self) -> list[int]:
+        """Partitions read and not confirmed since, revoked after that first read (held or
+        not now): nothing read there before the revocation may be confirmed."""
+        return sorted(p for p, e in self._read_in.items() if self._epoch.get(p) != e)
+
+    def forget_reads(self, partitions: Iterable[int]) -> None:
+        """What was read on ``partitions`` is not confirmable (its new owner, or this member
+        from its committed offset, reads it again)."""
+        for p in partitions:
+            self._read_in.pop(p, None)
+            self._last_read.pop(p, None)
 
     def unread(self, partition: int) -> None:
         """Nothing read on ``partition`` is confirmable any more."""
@@ -116,11 +137,15 @@ class PartitionState:
         """Remember positions this member confirmed (a rebalance never resumes below them)."""
         for p, o in positions.items():
             self._confirmed[p] = max(o, self._confirmed.get(p, o))
+            if o > self._last_read.get(p, -1):
+                self._read_in.pop(p, None)  # all it read is confirmed
 
     def take(self, partitions: Iterable[int]) -> None:
         """The group assigned exactly ``partitions`` (a group member's rebalance)."""
         parts = set(partitions)
         self._assigned.intersection_update(parts)
+        for p in parts - self._assigned:
+            self._epoch[p] = next(self._epochs)
         self._assigned.update(parts)
 
     def lose(self, partitions: Iterable[int]) -> frozenset[int]:
@@ -130,6 +155,8 @@ class PartitionState:
         parts = frozenset(partitions)
         held = frozenset(self._assigned & parts)
         self._assigned -= parts
+        for p in held:
+            self._epoch.pop(p, None)
         self.holds.drop(parts)
         return held
 

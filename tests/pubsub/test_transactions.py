@@ -453,3 +453,31 @@ def test_a_durable_client_reads_an_aborted_transactions_input_again(
                 pub.confirm(sub)
         with Subscriber(cluster, config) as sub:
             assert len(sub.poll(500)) == 0, "the committed transaction confirmed the batch"
+
+
+def test_a_partition_handed_straight_back_mid_batch_fails_the_transaction(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], embedded_broker: bool
+) -> None:
+    """Revoked and reassigned inside the transaction, the partition is read again from its
+    committed offset: confirming what was read before would commit past records that are
+    delivered again, so their outputs would commit twice. The confirm raises instead."""
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"%d" % i for i in range(4)])
+    with grouped(cluster, source) as sub, txn_publisher(cluster, sink) as pub:
+        with pytest.raises(NotAssignedError), pub.transaction():
+            for r in poll_count(sub, 4):
+                pub.publish_async(Record(r.data + b"!"))
+            sub.deactivate()
+            sub.reactivate()
+            eventually(sub.is_assigned, 60)
+            pub.confirm(sub)
+        assert sub.committed() == {0: None}, "the transaction confirmed nothing"
+        with pub.transaction():
+            again = poll_count(sub, 4)
+            for r in again:
+                pub.publish_async(Record(r.data + b"!"))
+            pub.confirm(sub)
+        assert [r.offset for r in again] == [0, 1, 2, 3]
+        assert sub.committed() == {0: 4}
+    if not embedded_broker:  # it delivers aborted records: ABORTED_VISIBLE
+        assert read_all(cluster, sink, 4) == [b"%d!" % i for i in range(4)]
