@@ -251,6 +251,11 @@ class SubscriberConfig:
             (docs/performance.md#shared-fetch).
             Subscribers share records (``SharedRecord``): treat them as read-only; publishing
             one publishes a copy. ``0`` reads alone.
+        transactional: Its positions are confirmed in Kafka transactions
+            (``Publisher.confirm(sub)``) and nowhere else: a durable client then never commits
+            what its polls delivered, nor on close, so nothing it read inside an aborted
+            transaction is confirmed (docs/exactly-once.md). Grouped only; a durable client
+            confirmed through transactions needs it.
     """
 
     stream: StreamConfig | None = None
@@ -276,6 +281,7 @@ class SubscriberConfig:
     share_group: str | None = None
     share_group_config: Mapping[str, Any] = field(default_factory=dict)
     shared_fetch_bytes: int = 4 * 1024 * 1024
+    transactional: bool = False
 
     __repr__ = safe_repr
 
@@ -385,6 +391,13 @@ class SubscriberConfig:
         return self.stream
 
     def _check_exactly_once(self) -> None:
+        if not isinstance(self.transactional, bool):
+            raise TypeError("transactional must be a bool")
+        if self.transactional and (not self.grouped or self.positions is not None):
+            raise ValueError(
+                "transactional=True is for a grouped subscriber whose consumer group holds its "
+                "positions (a Kafka transaction confirms them): not ungrouped, not positions="
+            )
         if self.isolation not in _ISOLATIONS:
             raise ValueError(
                 f"isolation must be 'read_committed' or 'read_uncommitted', not {self.isolation!r}"

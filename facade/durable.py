@@ -23,6 +23,8 @@ through the narrow ``DurableHost`` interface):
    confirmed beyond that. The last batch, unconfirmed, is delivered again on reconnect, as it
    is after a kill (at-least-once); leaving ``with Subscriber(...)`` by an exception commits
    nothing new. ``close(keep_alive=False)`` unregisters the id and drops its position.
+   A client confirmed through Kafka transactions (``transactional=True``) commits none of
+   what it delivered, from its first poll: only its transactions move its position.
 
 While connected, a heartbeat thread renews the claim and the last-seen time every third of
 ``lease_timeout_ms``; a killed process's registry claim lapses after one such lease.
@@ -206,9 +208,12 @@ class DurableSession:
         self._reached: set[int] = set()  # partitions whose position reached the marker
         self._held: list[Record] = []  # live records read before the replay ended
         self._paused: set[int] = set()
-        #: Commit what the last poll delivered at the start of the next one (the application
-        #: has had it). A parallel receiver turns it off: it confirms what is finished.
-        self.commit_delivered = True
+        #: Its confirms go through Kafka transactions (``SubscriberConfig.transactional``,
+        #: fixed when it is built): nothing it delivered is committed outside them, from the
+        #: first poll of the connection on.
+        self.transactional = config.transactional
+        #: A parallel receiver runs: it confirms what is finished, the polls commit nothing.
+        self.receiving = False
         self._replayed_in_poll = 0
         self._handled: dict[int, int] = {}  # positions the application had at the last poll
         self._started: dict[int, int] = {}  # where delivery began on each assigned partition
@@ -216,6 +221,12 @@ class DurableSession:
         self._connected = False
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+
+    @property
+    def commit_delivered(self) -> bool:
+        """Commit what the last poll delivered at the start of the next one (the application
+        has had it): unless transactions or a parallel receiver confirm what is finished."""
+        return not (self.transactional or self.receiving)
 
     # -- connect ---------------------------------------------------------------------------
 

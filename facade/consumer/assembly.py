@@ -20,6 +20,7 @@ from bolide.facade.consumer.lease import Lease
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.state import GroupState, ManualState, PartitionState
 from bolide.facade.durable import DurableSession
+from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.record import Record
 
 __all__ = ["Parts", "assemble"]
@@ -70,10 +71,19 @@ class Parts:
 
     def for_transaction(self) -> tuple[list[TopicPartition], Any, Callable[[], None]]:
         """For ``Publisher.confirm``: the delivered positions, the group's metadata, and what
-        to call once the transaction commits. A durable client's polls stop committing what
-        they delivered: the transactions confirm what is finished (an aborted one, nothing)."""
-        if self.durable is not None:
-            self.durable.commit_delivered = False
+        to call once the transaction commits.
+
+        Raises:
+            IllegalSubscriberStateError: A durable client not built ``transactional``: its
+                polls commit what they delivered, outside the transaction.
+        """
+        if self.durable is not None and not self.durable.transactional:
+            raise IllegalSubscriberStateError(
+                "a durable client confirmed through transactions must say so when it is "
+                "built, SubscriberConfig(transactional=True): otherwise its polls commit what "
+                "they delivered outside the transaction, and an abort loses it",
+                stream=self.positions.topic,
+            )
         return self.confirms.for_transaction(deactivated=self.fetcher.deactivated)
 
     def close(self, grouped: bool, keep_alive: bool, *, failed: bool) -> None:

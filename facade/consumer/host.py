@@ -228,10 +228,10 @@ class ReceiverSeat:
         client's polls stop committing what they delivered (not done yet)."""
         self._hooks.on_revoke, self._hooks.limit = on_revoke, limit
         if self._durable is not None:
-            self._durable.commit_delivered = False
+            self._durable.receiving = True
 
     def hand_back(self) -> None:
         """The parallel receiver stopped: undo ``take_over``."""
         self._hooks.on_revoke = self._hooks.limit = None
         if self._durable is not None:
-            self._durable.commit_delivered = True
+            self._durable.receiving = False

@@ -3,6 +3,7 @@ aborts, fencing, open transactions and the last stable offset, a killed publishe
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -270,6 +271,10 @@ def test_exactly_once_settings_are_checked() -> None:
     assert SubscriberConfig(stream=stream).isolation == "read_committed"
     with pytest.raises(TypeError, match="PositionStore"):
         SubscriberConfig(stream=stream, group="g", positions=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="transactional"):
+        SubscriberConfig(stream=stream, group="g", transactional=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="grouped"):
+        SubscriberConfig(stream=stream, transactional=True)
 
 
 def test_a_durable_clients_marker_stops_at_an_open_transaction(
@@ -419,24 +424,34 @@ def test_an_error_handler_that_confirms_does_not_deadlock_the_transaction(
             other.close()
 
 
-def test_a_durable_client_reads_an_aborted_transactions_input_again(
-    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
-) -> None:
-    """Once its confirms go through transactions, a durable client's polls and close commit
-    nothing of their own: after an abort it reconnects to the aborted batch, not past it."""
+def transactional_durable_client(
+    source: StreamConfig, tmp_path: Path, **cfg: Any
+) -> SubscriberConfig:
+    """A durable client of ``source`` confirmed through transactions, its registry in SQLite."""
     from bolide.stores import SqlStore
 
-    source, sink = stream_factory(), stream_factory()
-    publish(cluster, source, [b"a", b"b", b"c"])
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     with SqlStore(url) as store:
         store.upgrade()
-    config = SubscriberConfig(
+    return SubscriberConfig(
         stream=source,
         durable_id=f"d-{uuid.uuid4().hex[:8]}",
         durable_registry=url,
         lease_timeout_ms=LEASE_MS,
+        transactional=True,
+        **cfg,
     )
+
+
+def test_a_durable_client_reads_an_aborted_transactions_input_again(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    """Confirmed through transactions (``transactional=True``), a durable client's polls and
+    close commit nothing of their own: after an abort it reconnects to the aborted batch, not
+    past it."""
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"a", b"b", b"c"])
+    config = transactional_durable_client(source, tmp_path)
     with txn_publisher(cluster, sink) as pub:
         with Subscriber(cluster, config) as sub:
             assert [r.data for r in poll_count(sub, 3)] == [b"a", b"b", b"c"]
@@ -481,3 +496,30 @@ def test_a_partition_handed_straight_back_mid_batch_fails_the_transaction(
         assert sub.committed() == {0: 4}
     if not embedded_broker:  # it delivers aborted records: ABORTED_VISIBLE
         assert read_all(cluster, sink, 4) == [b"%d!" % i for i in range(4)]
+
+
+def test_a_durable_client_polling_inside_its_first_transaction_reads_it_again_after_an_abort(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    """A durable client confirmed through transactions commits nothing of its own from its
+    first poll on: two polls in the connection's first transaction, then an abort, and the
+    reconnect starts at the first record of the aborted batch, not past its first poll."""
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"%d" % i for i in range(4)])
+    config = transactional_durable_client(source, tmp_path, max_batch=2)
+    with txn_publisher(cluster, sink) as pub:
+        with Subscriber(cluster, config) as sub, pytest.raises(RuntimeError), pub.transaction():
+            first = poll_count(sub, 2)
+            second = poll_count(sub, 2)
+            assert [r.offset for r in first + second] == [0, 1, 2, 3]
+            pub.confirm(sub)
+            raise RuntimeError("transform failed")
+        with Subscriber(cluster, config) as sub:
+            assert [r.offset for r in poll_count(sub, 4)] == [0, 1, 2, 3]
+        undeclared = dataclasses.replace(config, transactional=False)
+        with (
+            Subscriber(cluster, undeclared) as sub,
+            pub.transaction(),
+            pytest.raises(IllegalSubscriberStateError, match="transactional=True"),
+        ):
+            pub.confirm(sub)
