@@ -75,7 +75,8 @@ class Holds:
         return frozenset().union(*(parts for w, parts in self._by.items() if w != why))
 
     def drop(self, partitions: Iterable[int]) -> None:
-        """Forget every hold on ``partitions``: they were given up (Kafka forgets their pause)."""
+        """Forget every hold on ``partitions``: they were given up (a rebalance forgets their
+        pause; ``reapply`` clears the one librdkafka keeps if they come straight back)."""
         gone = frozenset(partitions)
         for why in _REASONS:
             if self._by[why] & gone:

@@ -150,8 +150,9 @@ class PartitionState:
 
     def lose(self, partitions: Iterable[int]) -> frozenset[int]:
         """Give up ``partitions`` (revoked or lost, or every one when the lease expired),
-        keeping the others; returns those that were held. Kafka forgets a moved partition's
-        pause, so its holds go too."""
+        keeping the others; returns those that were held. Their holds go too (a rebalance
+        forgets a moved partition's pause; ``Holds.reapply`` resumes a partition handed
+        straight back, whose pause librdkafka keeps)."""
         parts = frozenset(partitions)
         held = frozenset(self._assigned & parts)
         self._assigned -= parts
@@ -176,7 +177,7 @@ class PartitionState:
 
     def commit(self, offsets: list[TopicPartition], *, asynchronous: bool) -> None:
         """Commit ``offsets`` (of any topic: a retry tier's too) to the consumer group."""
-        if asynchronous:
+        if asynchronous:  # two calls: the client's typing overloads on the literal
             self._consumer.commit(offsets=offsets, asynchronous=True)
         else:
             self._consumer.commit(offsets=offsets, asynchronous=False)
