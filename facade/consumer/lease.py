@@ -118,16 +118,18 @@ class Lease:
         self.rebalances += 1
         parts = [tp.partition for tp in partitions]
         positions = self._positions
+        known: dict[int, int] = {}
         try:
             committed = self._confirms.committed(parts)
+            known = dict(committed)
             if self._durable is not None:
                 committed = self._durable.kept_positions(committed)
             positions.resume(parts, committed)
         except Exception as exc:
-            # Never leave the lease half taken: go on from what this member delivered, else
-            # from the group's confirmed offsets (never back below either).
+            # Never leave the lease half taken: go on from the confirmed positions read before
+            # the failure (a position store's are ahead of the group's), never back below them.
             self._report(f"positioning {self._topic}{parts} failed; using confirmed offsets", exc)
-            positions.fallback(parts)
+            positions.fallback(parts, known)
         self._state.take(parts)
         log.info("%s assigned %s[%s]", self._group_id, self._topic, parts)
         if self._durable is not None:

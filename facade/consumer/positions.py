@@ -9,7 +9,7 @@ subscriber moves only for records a poll returned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
@@ -170,16 +170,20 @@ class Positions:
             self.history.close(p)
         self.assign({p: self.initial(p, committed.get(p)) for p in parts})
 
-    def fallback(self, parts: list[int]) -> None:
-        """Assign ``parts`` without the history or the initial offset scheme: from what this
-        member confirmed, else from the group's confirmed offsets."""
+    def fallback(self, parts: list[int], known: Mapping[int, int]) -> None:
+        """Assign ``parts`` without the history or the initial offset scheme: from the
+        highest confirmed position known (this member's, or ``known``: those read before
+        positioning failed, a position store's included), else from the group's committed
+        offsets. Never from below a known one: a member holding the claim of a position
+        store would write again what is already written."""
         assignment = []
         state, confirmed = self.state, self.state.confirmed()
         for p in parts:
             self.history.close(p)
             self._resume_at.pop(p, None)
-            if p in confirmed:
-                offset = self.gaps.expected[p] = confirmed[p]
+            found = [o for o in (confirmed.get(p, -1), known.get(p, -1)) if o >= 0]
+            if found:
+                offset = self.gaps.expected[p] = max(found)
                 state.delivered(p, offset)
             else:
                 # Kafka resumes from the group's confirmed offset.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,6 +22,8 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from bolide.facade.consumer import positions as positions_module
+from bolide.facade.errors import BrokerError
 from bolide.facade.ports import PositionStore
 from bolide.stores import SqlPositions, SqlStore
 from tests.conftest import eventually
@@ -146,6 +149,59 @@ def test_a_grouped_subscriber_takes_the_table_over_kafkas_offsets(
             pub.transaction(),
         ):
             pub.confirm(sub)
+    assert SqlPositions(store).positions(group, stream.name) == {0: 8}
+
+
+def test_a_member_whose_positioning_fails_resumes_from_the_table_not_from_kafka(
+    cluster: Cluster,
+    stream_factory: Callable[..., StreamConfig],
+    store: SqlStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim read the table's position, then asking the broker where the partition starts
+    failed (its leader was down): the member, which holds the claim and so may write, goes on
+    from the table's position, not from Kafka's committed offset below it (which would write
+    the effects of records 2-4 a second time)."""
+    stream, group = stream_factory(), f"g-{uuid.uuid4().hex[:8]}"
+    publish(cluster, stream, 8)
+    with Subscriber(
+        cluster, SubscriberConfig(stream=stream, group=group, lease_timeout_ms=LEASE_MS)
+    ) as sub:
+        poll_count(sub, 8)
+        sub.confirm(1)
+        eventually(lambda: sub.committed() == {0: 2}, 30)
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO bolide_positions (group_id, stream, kafka_partition, next_offset, "
+                "updated_ms) VALUES (:g, :s, 0, 5, 0)"
+            ),
+            {"g": group, "s": stream.name},
+        )
+    real, failures = positions_module.log_starts, [1]
+
+    def leader_down(*args: Any, **kwargs: Any) -> dict[int, int]:
+        if failures:
+            failures.pop()
+            raise BrokerError("the partition's leader did not answer")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(positions_module, "log_starts", leader_down)
+    reports: list[BaseException] = []
+    config = SubscriberConfig(
+        stream=stream,
+        group=group,
+        lease_timeout_ms=LEASE_MS,
+        positions=SqlPositions(store),
+        error_handler=lambda summary, error: reports.append(error),
+    )
+    with Subscriber(cluster, config) as sub:
+        got = poll_count(sub, 3)
+        assert [r.offset for r in got] == [5, 6, 7]
+        with store.engine.begin() as conn:
+            sub.confirm(conn=conn)
+    assert not failures, "positioning failed once"
+    assert any(isinstance(e, BrokerError) for e in reports)
     assert SqlPositions(store).positions(group, stream.name) == {0: 8}
 
 
