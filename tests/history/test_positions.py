@@ -66,6 +66,27 @@ def ungrouped(cluster: Cluster, stream: StreamConfig, positions: SqlPositions) -
     return Subscriber(cluster, config)
 
 
+def table_ahead_of_kafka(
+    cluster: Cluster, store: SqlStore, stream: StreamConfig, group: str
+) -> None:
+    """Eight records; ``group``'s committed offset in Kafka is 2, its position in the table 5."""
+    publish(cluster, stream, 8)
+    with Subscriber(
+        cluster, SubscriberConfig(stream=stream, group=group, lease_timeout_ms=LEASE_MS)
+    ) as sub:
+        poll_count(sub, 8)
+        sub.confirm(1)
+        eventually(lambda: sub.committed() == {0: 2}, 30)
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO bolide_positions (group_id, stream, kafka_partition, next_offset, "
+                "updated_ms) VALUES (:g, :s, 0, 5, 0)"
+            ),
+            {"g": group, "s": stream.name},
+        )
+
+
 def test_an_ungrouped_subscriber_resumes_from_the_table(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
 ) -> None:
@@ -114,22 +135,7 @@ def test_a_grouped_subscriber_takes_the_table_over_kafkas_offsets(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
 ) -> None:
     stream, group = stream_factory(), f"g-{uuid.uuid4().hex[:8]}"
-    publish(cluster, stream, 8)
-    # Kafka's committed offset says 2; the table says 5.
-    with Subscriber(
-        cluster, SubscriberConfig(stream=stream, group=group, lease_timeout_ms=LEASE_MS)
-    ) as sub:
-        poll_count(sub, 8)
-        sub.confirm(1)
-        eventually(lambda: sub.committed() == {0: 2}, 30)
-    with store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO bolide_positions (group_id, stream, kafka_partition, next_offset, "
-                "updated_ms) VALUES (:g, :s, 0, 5, 0)"
-            ),
-            {"g": group, "s": stream.name},
-        )
+    table_ahead_of_kafka(cluster, store, stream, group)
     config = SubscriberConfig(
         stream=stream, group=group, lease_timeout_ms=LEASE_MS, positions=SqlPositions(store)
     )
@@ -163,21 +169,7 @@ def test_a_member_whose_positioning_fails_resumes_from_the_table_not_from_kafka(
     from the table's position, not from Kafka's committed offset below it (which would write
     the effects of records 2-4 a second time)."""
     stream, group = stream_factory(), f"g-{uuid.uuid4().hex[:8]}"
-    publish(cluster, stream, 8)
-    with Subscriber(
-        cluster, SubscriberConfig(stream=stream, group=group, lease_timeout_ms=LEASE_MS)
-    ) as sub:
-        poll_count(sub, 8)
-        sub.confirm(1)
-        eventually(lambda: sub.committed() == {0: 2}, 30)
-    with store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO bolide_positions (group_id, stream, kafka_partition, next_offset, "
-                "updated_ms) VALUES (:g, :s, 0, 5, 0)"
-            ),
-            {"g": group, "s": stream.name},
-        )
+    table_ahead_of_kafka(cluster, store, stream, group)
     real, failures = positions_module.log_starts, [1]
 
     def leader_down(*args: Any, **kwargs: Any) -> dict[int, int]:
