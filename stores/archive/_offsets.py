@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, StreamConfig
+from bolide.facade.errors import BrokerError
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts
 from bolide.stores.archive._capacity import trim
 
@@ -120,11 +121,23 @@ class ArchiveOffsets:
         self._trimmed.update(trim(self._cluster, before))
 
     def committed(self, consumer: Consumer, timeout_s: float = 10.0) -> dict[TP, int]:
-        """The group's committed offsets; the log start where nothing is committed."""
+        """The group's committed offsets; the log start where nothing is committed.
+
+        Raises:
+            BrokerError: The group's coordinator did not answer (retriable).
+        """
         asked = [TopicPartition(t, p) for t, p in self._partitions]
         out: dict[TP, int] = {}
         missing: dict[str, list[int]] = {}
-        for tp in committed_offsets(consumer, asked, timeout_s):
+        try:
+            found = committed_offsets(consumer, asked, timeout_s)
+        except KafkaException as exc:
+            raise BrokerError(
+                "the archive's position (its group's committed offsets) could not be read: "
+                f"{exc.args[0]}",
+                retriable=True,
+            ) from exc
+        for tp in found:
             if tp.offset is not None and tp.offset >= 0:
                 out[(tp.topic, tp.partition)] = int(tp.offset)
             else:

@@ -113,7 +113,7 @@ def _database(parts: _Parts, folder: Path, workloads: list[Workload]) -> str:
     with SqlStore(parts.postgres.url) as store:
         store.upgrade()
         for w in workloads:
-            if w.database:
+            if w.name == "sql":
                 ledger(w.output).create(store.engine)
     return parts.postgres.url
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.chaos.history import Event, History, read_history
-from tests.chaos.workloads import WORKLOADS, check_alo, check_eos, check_par, check_sql
+from tests.chaos.workloads import (
+    WORKLOADS,
+    check_alo,
+    check_archive,
+    check_eos,
+    check_par,
+    check_sql,
+)
 
 ALO, EOS, PAR = WORKLOADS["alo"], WORKLOADS["eos"], WORKLOADS["par"]
 
@@ -135,3 +142,23 @@ def test_sql_counts_the_ledger_in_commit_order(tmp_path: Path) -> None:
         "duplicates": 1,
         "out-of-order": 1,
     }
+
+
+def test_the_archive_must_equal_the_stream(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "archive", [(0, 0), (0, 1), (0, 2), (1, 0)])
+    producer.close()
+    events = _events(tmp_path, {"archive-1.1": [("archived", {"positions": {"0": 2, "1": 0}})]})
+    topic = {(0, o): (f"archive-{o}", {}) for o in range(3)} | {(1, 0): ("archive-3", {})}
+    archive = WORKLOADS["archive"]
+    assert archive.done(events) == {"archive-0", "archive-1"}
+    # 0:2 is not archived; 1:0 holds another value; 1:1 is not in the stream at all.
+    rows = {(0, 0): "archive-0", (0, 1): "archive-1", (1, 0): "archive-9", (1, 1): "archive-3"}
+    assert check_archive(archive, events, rows, topic) == {
+        "acknowledged": 4,
+        "lost": 0,
+        "stuck": 1,
+        "mismatched": 2,
+    }
+    clean = {place: value for place, (value, _) in topic.items()}
+    assert check_archive(archive, events, clean, topic)["stuck"] == 0

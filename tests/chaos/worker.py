@@ -14,6 +14,10 @@ Modes:
     a parallel receiver keeping key order, with retry tiers: records whose number is a
     multiple of 7 fail their first call in each process (``read`` once handled, ``dead``
     when given up).
+``archive``
+    the archiver copies the stream into the history store of the database ``DB`` (its own
+    consumer group; a batch's rows in one transaction, then its offsets), recording the
+    positions it reports (``archived``).
 ``eos``
     exactly-once read-process-publish: each batch is published to the output stream and its
     input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
@@ -50,7 +54,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.facade.errors import BolideError
-from bolide.stores import SqlPositions, SqlStore
+from bolide.stores import Archiver, ArchiverStats, SqlPositions, SqlStore
 from tests.chaos.history import History
 
 #: The subscribers' lease: a worker paused longer than this wakes up a zombie.
@@ -59,7 +63,7 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=("alo", "eos", "sql", "par"))
+    parser.add_argument("mode", choices=("alo", "archive", "eos", "sql", "par"))
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
     parser.add_argument("partitions", type=int)
@@ -178,6 +182,33 @@ def run_sql(args: argparse.Namespace, history: History) -> None:
             history.add("db-commit", values=[row["value"] for row in rows], positions=after)
 
 
+def run_archive(args: argparse.Namespace, history: History) -> None:
+    """The archiver in its own thread; this one waits for the stop file, or for the archiver
+    to stop by itself (then ``stop`` raises what stopped it, and the process exits)."""
+
+    def progress(stats: ArchiverStats) -> None:
+        history.add("archived", positions={str(p): o for (_, p), o in stats.positions.items()})
+
+    settings = {"session.timeout.ms": LEASE_MS, "heartbeat.interval.ms": LEASE_MS // 4}
+    with SqlStore(args.db) as store:
+        archiver = Archiver(
+            Cluster(args.bootstrap), store, [stream(args.topic, args.partitions)],
+            group=args.group, batch_size=50, consumer_config=settings, progress=progress,
+            progress_interval_s=0.5, error_handler=lambda summary, error: None,
+        )  # fmt: skip
+        archiver.start()
+        started = False
+        try:
+            while not os.path.exists(args.stop):
+                closed = archiver.health(lag=False).closed
+                if closed and started:
+                    break
+                started = started or not closed
+                time.sleep(0.2)
+        finally:
+            archiver.stop(60)
+
+
 def run_par(args: argparse.Namespace, history: History) -> None:
     """A parallel receiver (key order) with retry tiers: every seventh record fails its first
     call in each process and goes through the tiers while its key waits behind it."""
@@ -220,7 +251,10 @@ def main() -> None:
     history = History(Path(args.history), args.proc)
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
-        modes = {"alo": run_alo, "eos": run_eos, "sql": run_sql, "par": run_par}
+        modes = {
+            "alo": run_alo, "archive": run_archive, "eos": run_eos, "sql": run_sql,
+            "par": run_par,
+        }  # fmt: skip
         modes[args.mode](args, history)
     except BaseException as exc:
         history.add("exit", error=f"{type(exc).__name__}: {exc}"[:300])

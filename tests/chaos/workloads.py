@@ -15,6 +15,10 @@
     fails its first call and goes through the tiers while its key waits. Promise: no
     acknowledged record lost or stuck (each handled or dead-lettered), key order kept (a key's
     records first handled in publishing order); duplicates allowed and counted.
+``archive``
+    the archiver. Promise: the archive equals the stream: every acknowledged record archived
+    at its place with its value, nothing archived that the stream does not hold, none stuck,
+    through broker faults, archiver kills and pauses, and database crashes.
 ``eos``
     exactly-once read-process-publish in Kafka transactions. Promise, read with
     ``read_committed``: every acknowledged input in the output exactly once, in key order, and
@@ -38,6 +42,7 @@ from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record
 from bolide.facade.kafka import committed_offsets, probe_consumer
+from bolide.stores.schema import RECORDS
 from tests.chaos.history import Event, History
 from tests.chaos.worker import ledger, stream
 
@@ -69,7 +74,7 @@ class Workload:
     @property
     def database(self) -> bool:
         """Whether the workload needs the campaign's PostgreSQL."""
-        return self.name == "sql"
+        return self.name in ("sql", "archive")
 
     def worker_args(self, bootstrap: str, slot: int, db: str) -> list[str]:
         return [self.name, bootstrap, self.topic, self.output, str(self.partitions),
@@ -84,12 +89,17 @@ class Workload:
             return {e["value"] for e in mine if e["type"] in ("read", "dead")}
         if self.name == "sql":
             return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
+        if self.name == "archive":
+            archived = _archived(mine)
+            places = acknowledged(events, self)
+            return {v for v, (p, o) in places.items() if o < archived.get(p, 0)}
         committed = {e["txn"] for e in mine if e["type"] == "txn" and e["status"] == "commit"}
         return {e["value"] for e in mine if e["type"] == "read" and e.get("txn") in committed}
 
 
 WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
+    "archive": Workload("archive"),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
     "par": Workload("par", allowed=frozenset({"duplicates", "dead-lettered"})),
@@ -283,6 +293,45 @@ def check_sql(
     }
 
 
+def _archived(events: Iterable[Event]) -> dict[int, int]:
+    """The highest position the archivers reported per partition (archived below it)."""
+    highest: dict[int, int] = {}
+    for e in events:
+        if e["type"] == "archived":
+            for p, o in e["positions"].items():
+                highest[int(p)] = max(o, highest.get(int(p), 0))
+    return highest
+
+
+def check_archive(
+    workload: Workload, events: list[Event], rows: dict[tuple[int, int], str], topic: Scan
+) -> dict[str, int]:
+    """``rows``: the archive of the workload's stream, ``{(partition, offset): value}``."""
+    acked = acknowledged(events, workload)
+    written = {v: place for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for place in written.values() if place not in rows),
+        "mismatched": sum(
+            1 for place, value in rows.items() if topic.get(place, (None,))[0] != value
+        ),
+    }
+
+
+def _archive_rows(db: str, workload: Workload) -> dict[tuple[int, int], str]:
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    c = RECORDS.c
+    query = sa.select(c.kafka_partition, c.kafka_offset, c.payload).where(
+        c.stream == workload.topic
+    )
+    try:
+        with engine.connect() as conn:
+            return {(p, o): bytes(v or b"").decode() for p, o, v in conn.execute(query)}
+    finally:
+        engine.dispose()
+
+
 def _ledger_rows(db: str, workload: Workload) -> list[tuple[int, int, str]]:
     engine = sa.create_engine(db, poolclass=sa.NullPool)
     table = ledger(workload.output)
@@ -299,7 +348,9 @@ def check(
 ) -> dict[str, int]:
     """Read the workload's streams (its group's positions, its table) and count its anomalies."""
     topic = scan(cluster, workload.topic, workload.partitions)
-    if workload.database and db is not None:
+    if workload.name == "archive" and db is not None:
+        return check_archive(workload, events, _archive_rows(db, workload), topic)
+    if workload.name == "sql" and db is not None:
         return check_sql(workload, events, _ledger_rows(db, workload), topic)
     if workload.name == "par":
         return check_par(workload, events, topic)
