@@ -5,40 +5,7 @@ directly (``wire``). The helpers of ``admin`` are importable from this package i
 ``bolide.facade.kafka`` has always offered them; ``bolide.facade.compat`` and
 ``bolide.facade.features`` stay importable too."""
 
-from bolide.facade.kafka.admin import (
-    CONSUMER_DEFAULTS,
-    PRODUCER_DEFAULTS,
-    admin_client,
-    admin_config,
-    broker_setting,
-    client_backlog,
-    committed_offsets,
-    ensure_topic,
-    forget_topic,
-    log_ends,
-    log_starts,
-    new_client,
-    offsets_for_time,
-    partition_count,
-    partition_counts,
-    probe_consumer,
-)
+from bolide.facade.kafka import admin
+from bolide.facade.kafka.admin import *  # noqa: F403  (the names of its __all__)
 
-__all__ = [
-    "CONSUMER_DEFAULTS",
-    "PRODUCER_DEFAULTS",
-    "admin_client",
-    "admin_config",
-    "broker_setting",
-    "client_backlog",
-    "committed_offsets",
-    "ensure_topic",
-    "forget_topic",
-    "log_ends",
-    "log_starts",
-    "new_client",
-    "offsets_for_time",
-    "partition_count",
-    "partition_counts",
-    "probe_consumer",
-]
+__all__ = admin.__all__

@@ -35,10 +35,12 @@ __all__ = [
     "client_backlog",
     "committed_offsets",
     "ensure_topic",
+    "forget_topic",
     "log_ends",
     "log_starts",
     "new_client",
     "offsets_for_time",
+    "partition_count",
     "partition_counts",
     "probe_consumer",
 ]
