@@ -109,13 +109,15 @@ class Outbox:
 
     def _check_database(self, conn: Connection) -> None:
         """Refuse a connection on another database (or schema) than the store's."""
-        if self._identity is None:
-            with self.store.engine.connect() as own:
-                self._identity = self.store.sql_dialect.database_identity(own)
         info = conn.connection.info
         theirs = info.get(_IDENTITY)
         if theirs is None:
             theirs = info[_IDENTITY] = dialect_of(conn).database_identity(conn)
+        if theirs != self._identity:
+            # Asked again: the store's server may have restarted since it was asked (a
+            # PostgreSQL identity holds the server's start time).
+            with self.store.engine.connect() as own:
+                self._identity = self.store.sql_dialect.database_identity(own)
         if theirs != self._identity:
             raise ValueError(
                 f"conn is on another database than the outbox's store ({self.store.url}): "

@@ -23,7 +23,14 @@ from tests.chaos.nemesis import KINDS, Nemesis
 from tests.chaos.postgres import PrivatePostgres
 from tests.chaos.supervisor import Supervisor
 from tests.chaos.worker import ledger, stream
-from tests.chaos.workloads import WORKLOADS, Producer, Workload, acknowledged, check
+from tests.chaos.workloads import (
+    WORKLOADS,
+    OutboxWriter,
+    Producer,
+    Workload,
+    acknowledged,
+    check,
+)
 
 __all__ = ["REPLICATED", "Outcome", "run"]
 
@@ -89,7 +96,7 @@ class _Parts:
     broker: EmbeddedBroker
     postgres: PrivatePostgres | None = None
     supervisors: list[Supervisor] = field(default_factory=list)
-    producers: list[Producer] = field(default_factory=list)
+    producers: list[Producer | OutboxWriter] = field(default_factory=list)
     nemesis: Nemesis | None = None
 
     def end(self) -> None:
@@ -124,12 +131,15 @@ def _start(parts: _Parts, folder: Path, workloads: list[Workload], rate: float) 
     cluster = parts.broker.cluster()
     for w in workloads:
         ensure_topic(cluster, stream(w.topic, w.partitions))
-        if not w.database:
+        if w.name in ("eos", "outbox"):
             ensure_topic(cluster, stream(w.output, w.partitions))
     runner = History(folder / "supervisors.jsonl", "runner")
     for w in workloads:
         history = History(folder / f"producer-{w.name}.jsonl", "producer")
-        parts.producers.append(Producer(cluster, w, history, rate))
+        if w.name == "outbox":
+            parts.producers.append(OutboxWriter(db, w, history, rate))
+        else:
+            parts.producers.append(Producer(cluster, w, history, rate))
         for slot in range(1, w.workers + 1):
             args = w.worker_args(parts.broker.bootstrap_servers, slot, db)
             parts.supervisors.append(Supervisor(folder, w.name, slot, args, runner))
@@ -165,7 +175,7 @@ def run(
         if parts.postgres is None:
             kinds = tuple(kind for kind in kinds if kind != "pg-restart")
         parts.nemesis = Nemesis(
-            parts.broker, parts.supervisors, [w.topic for w in chosen],
+            parts.broker, parts.supervisors, [w.watched for w in chosen],
             History(folder / "nemesis.jsonl", "nemesis"), seed, kinds, parts.postgres,
         )  # fmt: skip
         interrupted = _faults_then_drain(parts, folder, chosen, minutes, drain_s, runner)

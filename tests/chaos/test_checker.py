@@ -11,6 +11,7 @@ from tests.chaos.workloads import (
     check_alo,
     check_archive,
     check_eos,
+    check_outbox,
     check_par,
     check_sql,
 )
@@ -162,3 +163,34 @@ def test_the_archive_must_equal_the_stream(tmp_path: Path) -> None:
     }
     clean = {place: value for place, (value, _) in topic.items()}
     assert check_archive(archive, events, clean, topic)["stuck"] == 0
+
+
+def test_the_outbox_counts_rows_in_the_stream_by_commit_order(tmp_path: Path) -> None:
+    outbox = WORKLOADS["outbox"]
+    events = _events(
+        tmp_path,
+        {
+            "producer": [("publish", {"status": "ok", "value": f"outbox-{n}"}) for n in range(4)],
+            "outbox-1.1": [("pending", {"count": 2})],
+        },
+    )
+    assert outbox.done(events) == set(), "rows were pending after the last commit"
+    # outbox-0 and outbox-8 share key k0: 8 before 0 is out of order; outbox-1 twice;
+    # outbox-2 still pending; outbox-3 neither sent nor pending.
+    output = {
+        (0, 0): ("outbox-8", {}),
+        (0, 1): ("outbox-0", {}),
+        (1, 0): ("outbox-1", {}),
+        (1, 1): ("outbox-1", {}),
+    }
+    assert check_outbox(outbox, events, output, {"outbox-2"}) == {
+        "acknowledged": 4,
+        "lost": 1,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+    }
+    later = tmp_path / "later"
+    later.mkdir()
+    drained = _events(later, {"outbox-2.1": [("pending", {"count": 0})]})
+    assert outbox.done(events + drained) == {f"outbox-{n}" for n in range(4)}

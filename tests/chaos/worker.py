@@ -18,6 +18,10 @@ Modes:
     the archiver copies the stream into the history store of the database ``DB`` (its own
     consumer group; a batch's rows in one transaction, then its offsets), recording the
     positions it reports (``archived``).
+``outbox``
+    a transactional outbox relay (``OUTPUT`` is the stream its rows name): each batch of rows
+    published in a Kafka transaction of the slot's id, then marked sent; the rows still
+    pending are recorded every second (``pending``).
 ``eos``
     exactly-once read-process-publish: each batch is published to the output stream and its
     input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
@@ -32,6 +36,7 @@ HISTORY PROC STOP`` (``DB``: a database URL, or ``-``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
 import time
@@ -53,8 +58,8 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.errors import BolideError
-from bolide.stores import Archiver, ArchiverStats, SqlPositions, SqlStore
+from bolide.facade.errors import BolideError, StoreError
+from bolide.stores import Archiver, ArchiverStats, Outbox, RelayConfig, SqlPositions, SqlStore
 from tests.chaos.history import History
 
 #: The subscribers' lease: a worker paused longer than this wakes up a zombie.
@@ -63,7 +68,7 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=("alo", "archive", "eos", "sql", "par"))
+    parser.add_argument("mode", choices=("alo", "archive", "eos", "outbox", "sql", "par"))
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
     parser.add_argument("partitions", type=int)
@@ -209,6 +214,23 @@ def run_archive(args: argparse.Namespace, history: History) -> None:
             archiver.stop(60)
 
 
+def run_outbox(args: argparse.Namespace, history: History) -> None:
+    """A relay in its own thread; this one records the pending rows every second and exits
+    when the relay stops by itself (``close`` raises what stopped it)."""
+    config = RelayConfig(
+        transactional_id=f"{args.group}-{args.slot}", batch_size=50,
+        error_handler=lambda summary, error: None,
+    )  # fmt: skip
+    with SqlStore(args.db) as store:
+        outbox = Outbox(store)
+        with outbox.relay(Cluster(args.bootstrap), config) as relay:
+            while not os.path.exists(args.stop) and relay.running:
+                # The database may be away: the relay outlives that, and so does this.
+                with contextlib.suppress(StoreError):
+                    history.add("pending", count=outbox.pending(args.output))
+                time.sleep(1.0)
+
+
 def run_par(args: argparse.Namespace, history: History) -> None:
     """A parallel receiver (key order) with retry tiers: every seventh record fails its first
     call in each process and goes through the tiers while its key waits behind it."""
@@ -252,8 +274,8 @@ def main() -> None:
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
         modes = {
-            "alo": run_alo, "archive": run_archive, "eos": run_eos, "sql": run_sql,
-            "par": run_par,
+            "alo": run_alo, "archive": run_archive, "eos": run_eos, "outbox": run_outbox,
+            "sql": run_sql, "par": run_par,
         }  # fmt: skip
         modes[args.mode](args, history)
     except BaseException as exc:

@@ -19,6 +19,10 @@
     the archiver. Promise: the archive equals the stream: every acknowledged record archived
     at its place with its value, nothing archived that the stream does not hold, none stuck,
     through broker faults, archiver kills and pauses, and database crashes.
+``outbox``
+    the transactional outbox: a writer adds one row per database transaction, two relays
+    publish them in Kafka transactions. Promise, read with ``read_committed``: every committed
+    row in the stream exactly once, in commit order per key, none stuck.
 ``eos``
     exactly-once read-process-publish in Kafka transactions. Promise, read with
     ``read_committed``: every acknowledged input in the output exactly once, in key order, and
@@ -41,12 +45,14 @@ import sqlalchemy as sa
 from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record
+from bolide.facade.errors import StoreError
 from bolide.facade.kafka import committed_offsets, probe_consumer
-from bolide.stores.schema import RECORDS
+from bolide.stores import Outbox, SqlStore
+from bolide.stores.schema import OUTBOX, RECORDS
 from tests.chaos.history import Event, History
 from tests.chaos.worker import ledger, stream
 
-__all__ = ["WORKLOADS", "Producer", "Workload", "scan"]
+__all__ = ["WORKLOADS", "OutboxWriter", "Producer", "Workload", "scan"]
 
 Scan = dict[tuple[int, int], tuple[str, dict[str, str]]]
 
@@ -74,7 +80,12 @@ class Workload:
     @property
     def database(self) -> bool:
         """Whether the workload needs the campaign's PostgreSQL."""
-        return self.name in ("sql", "archive")
+        return self.name in ("sql", "archive", "outbox")
+
+    @property
+    def watched(self) -> str:
+        """The stream whose partition leaders the nemesis favours: the one written."""
+        return self.output if self.name == "outbox" else self.topic
 
     def worker_args(self, bootstrap: str, slot: int, db: str) -> list[str]:
         return [self.name, bootstrap, self.topic, self.output, str(self.partitions),
@@ -89,6 +100,8 @@ class Workload:
             return {e["value"] for e in mine if e["type"] in ("read", "dead")}
         if self.name == "sql":
             return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
+        if self.name == "outbox":
+            return _relayed(events, self)
         if self.name == "archive":
             archived = _archived(mine)
             places = acknowledged(events, self)
@@ -100,6 +113,7 @@ class Workload:
 WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
     "archive": Workload("archive"),
+    "outbox": Workload("outbox"),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
     "par": Workload("par", allowed=frozenset({"duplicates", "dead-lettered"})),
@@ -142,6 +156,36 @@ class Producer(threading.Thread):
             pub.flush(120)
 
 
+class OutboxWriter(threading.Thread):
+    """Adds ``outbox-<n>`` rows (keys ``k0``..``k7``, bound for the workload's output stream),
+    one per database transaction, and records each: ``publish`` ``invoke``, then ``ok`` once
+    the transaction committed or ``fail``."""
+
+    def __init__(self, db: str, workload: Workload, history: History, rate: float):
+        super().__init__(name=f"writer-{workload.name}", daemon=True)
+        self.db = db
+        self.workload = workload
+        self.history = history
+        self.interval = 1 / rate
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with SqlStore(self.db) as store:
+            outbox, n = Outbox(store), 0
+            while not self.halt.wait(self.interval):
+                value = f"{self.workload.name}-{n}"
+                self.history.add("publish", status="invoke", value=value)
+                try:
+                    with store.engine.begin() as conn:
+                        record = Record(value.encode(), key=b"k%d" % (n % 8))
+                        outbox.add(conn, self.workload.output, record)
+                except (sa.exc.SQLAlchemyError, StoreError) as exc:
+                    self.history.add("publish", status="fail", value=value, error=str(exc)[:200])
+                else:
+                    self.history.add("publish", status="ok", value=value)
+                n += 1
+
+
 def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
     """Every committed record of ``topic``: ``{(partition, offset): (value, headers)}``."""
     consumer = probe_consumer(cluster, **{"isolation.level": "read_committed"})
@@ -180,10 +224,57 @@ def _committed(cluster: Cluster, workload: Workload) -> dict[int, int]:
 def acknowledged(events: Iterable[Event], workload: Workload) -> dict[str, tuple[int, int]]:
     prefix = f"{workload.name}-"
     return {
-        e["value"]: (e["p"], e["o"])
+        e["value"]: (e.get("p", -1), e.get("o", -1))  # an outbox row has no place yet
         for e in events
         if e["type"] == "publish" and e["status"] == "ok" and e["value"].startswith(prefix)
     }
+
+
+def _relayed(events: list[Event], workload: Workload) -> set[str]:
+    """Every acknowledged row once a relay found none pending after the last of them."""
+    acked = [e for e in events if e["type"] == "publish" and e["status"] == "ok"
+             and e["value"].startswith(f"{workload.name}-")]  # fmt: skip
+    last = max((e["t"] for e in acked), default=0.0)
+    relays = [e for e in events if e["type"] == "pending" and e["proc"].startswith("outbox-")]
+    if any(e["count"] == 0 and e["t"] > last for e in relays):
+        return {e["value"] for e in acked}
+    return set()
+
+
+def check_outbox(
+    workload: Workload, events: list[Event], output: Scan, pending: set[str]
+) -> dict[str, int]:
+    """``pending``: the values of the rows still unsent. Key order by the rows' numbers: one
+    writer commits them in that order, and a key stays on one partition."""
+    acked = acknowledged(events, workload)
+    times = Counter(value for value, _ in output.values())
+    inversions, highest, seen = 0, dict[int, int](), set[str]()
+    for _, (value, _) in sorted(output.items()):
+        if value in seen:
+            continue
+        seen.add(value)
+        number = int(value.rsplit("-", 1)[1])
+        if number < highest.get(number % 8, -1):
+            inversions += 1
+        highest[number % 8] = max(number, highest.get(number % 8, -1))
+    return {
+        "acknowledged": len(acked),
+        "lost": sum(1 for v in acked if times[v] == 0 and v not in pending),
+        "stuck": sum(1 for v in acked if v in pending),
+        "duplicates": sum(n - 1 for n in times.values() if n > 1),
+        "out-of-order": inversions,
+    }
+
+
+def _unsent(db: str, workload: Workload) -> set[str]:
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    c = OUTBOX.c
+    query = sa.select(c.payload).where(c.stream == workload.output, c.sent_ms.is_(None))
+    try:
+        with engine.connect() as conn:
+            return {bytes(v or b"").decode() for v in conn.execute(query).scalars()}
+    finally:
+        engine.dispose()
 
 
 def _first_read_inversions(reads: list[Event]) -> int:
@@ -348,6 +439,9 @@ def check(
 ) -> dict[str, int]:
     """Read the workload's streams (its group's positions, its table) and count its anomalies."""
     topic = scan(cluster, workload.topic, workload.partitions)
+    if workload.name == "outbox" and db is not None:
+        output = scan(cluster, workload.output, workload.partitions)
+        return check_outbox(workload, events, output, _unsent(db, workload))
     if workload.name == "archive" and db is not None:
         return check_archive(workload, events, _archive_rows(db, workload), topic)
     if workload.name == "sql" and db is not None:
