@@ -10,6 +10,7 @@ from tests.chaos.workloads import (
     WORKLOADS,
     check_alo,
     check_archive,
+    check_durable,
     check_eos,
     check_outbox,
     check_par,
@@ -194,3 +195,35 @@ def test_the_outbox_counts_rows_in_the_stream_by_commit_order(tmp_path: Path) ->
     later.mkdir()
     drained = _events(later, {"outbox-2.1": [("pending", {"count": 0})]})
     assert outbox.done(events + drained) == {f"outbox-{n}" for n in range(4)}
+
+
+def test_durable_clients_count_gaps_order_and_the_seam(tmp_path: Path) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "durable", [(0, 0), (0, 1), (0, 2)])
+    producer.close()
+
+    def read(o: int, replayed: bool) -> tuple[str, dict[str, object]]:
+        return ("read", {"p": 0, "o": o, "value": f"durable-{o}", "replayed": replayed})
+
+    connect = ("connect", {"state": "resumed", "marker": {"0": 2}})
+    events = _events(
+        tmp_path,
+        {
+            # Slot 1: 1 replayed, then 0 replayed (out of order), live, 2 live: clean seam.
+            "durable-1.1": [connect, read(1, True), read(0, True), ("live", {}), read(2, False)],
+            # Slot 2: 0 unflagged before live, 2 flagged though past the marker; 1 never read.
+            "durable-2.1": [connect, read(0, False), read(2, True), ("live", {})],
+            "durable-2.2": [connect, read(0, True), ("live", {})],
+        },
+    )
+    durable = WORKLOADS["durable"]
+    assert durable.done(events) == {"durable-0", "durable-2"}
+    topic = {(0, o): (f"durable-{o}", {}) for o in range(3)}
+    assert check_durable(durable, events, topic) == {
+        "acknowledged": 3,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 1,
+        "out-of-order": 1,
+        "seam": 2,
+    }

@@ -18,6 +18,11 @@ Modes:
     the archiver copies the stream into the history store of the database ``DB`` (its own
     consumer group; a batch's rows in one transaction, then its offsets), recording the
     positions it reports (``archived``).
+``durable``
+    a durable client (``<GROUP>-<SLOT>``, registry in the database ``DB``) reading every
+    partition: ``connect`` with its state and marker, ``read`` with ``replayed``, ``live`` once
+    its replay is over, ``confirm`` after each batch. A slot's restarts reconnect the same
+    client; while its killed predecessor's claim lasts the connect is refused, and retried.
 ``outbox``
     a transactional outbox relay (``OUTPUT`` is the stream its rows name): each batch of rows
     published in a Kafka transaction of the slot's id, then marked sent; the rows still
@@ -58,7 +63,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.errors import BolideError, StoreError
+from bolide.facade.errors import BolideError, DurableClientBusyError, StoreError
 from bolide.stores import Archiver, ArchiverStats, Outbox, RelayConfig, SqlPositions, SqlStore
 from tests.chaos.history import History
 
@@ -68,7 +73,8 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=("alo", "archive", "eos", "outbox", "sql", "par"))
+    modes = ("alo", "archive", "durable", "eos", "outbox", "sql", "par")
+    parser.add_argument("mode", choices=modes)
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
     parser.add_argument("partitions", type=int)
@@ -214,6 +220,39 @@ def run_archive(args: argparse.Namespace, history: History) -> None:
             archiver.stop(60)
 
 
+def _durable(args: argparse.Namespace, history: History, store: SqlStore) -> Subscriber:
+    """Connect the slot's durable client, again while another connection still holds it."""
+    config = SubscriberConfig(
+        stream=stream(args.topic, args.partitions), durable_id=f"{args.group}-{args.slot}",
+        durable_registry=store, durable_timeout_s=3600, lease_timeout_ms=LEASE_MS,
+        max_batch=50, initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        on_live=lambda: history.add("live"), error_handler=lambda summary, error: None,
+    )  # fmt: skip
+    while True:
+        try:
+            sub = Subscriber(Cluster(args.bootstrap), config)
+        except DurableClientBusyError:
+            if os.path.exists(args.stop):
+                raise
+            time.sleep(1.0)
+            continue
+        assert sub.durable is not None
+        history.add("connect", state=sub.durable.state, marker=sub.marker)
+        return sub
+
+
+def run_durable(args: argparse.Namespace, history: History) -> None:
+    """A durable client: read, record, confirm, until the stop file."""
+    with SqlStore(args.db) as store, _durable(args, history, store) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            for r in batch:
+                history.add("read", p=r.partition, o=r.offset, value=(r.data or b"").decode(),
+                            replayed=r.replayed)  # fmt: skip
+            if len(batch):
+                sub.confirm()
+
+
 def run_outbox(args: argparse.Namespace, history: History) -> None:
     """A relay in its own thread; this one records the pending rows every second and exits
     when the relay stops by itself (``close`` raises what stopped it)."""
@@ -274,8 +313,8 @@ def main() -> None:
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
         modes = {
-            "alo": run_alo, "archive": run_archive, "eos": run_eos, "outbox": run_outbox,
-            "sql": run_sql, "par": run_par,
+            "alo": run_alo, "archive": run_archive, "durable": run_durable, "eos": run_eos,
+            "outbox": run_outbox, "sql": run_sql, "par": run_par,
         }  # fmt: skip
         modes[args.mode](args, history)
     except BaseException as exc:

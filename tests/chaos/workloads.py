@@ -19,6 +19,13 @@
     the archiver. Promise: the archive equals the stream: every acknowledged record archived
     at its place with its value, nothing archived that the stream does not hold, none stuck,
     through broker faults, archiver kills and pauses, and database crashes.
+``durable``
+    durable clients (one per worker slot, each reading every partition, confirming after each
+    batch; a restarted slot reconnects the same client). Promise: each client reads every
+    acknowledged record (none stuck), a partition's records first in offset order, and the
+    seam holds: in each connection every record read before ``on_live`` is flagged replayed
+    and lies below the connection's marker, every record after it is live. Duplicates (a
+    batch read again after a kill or a lost lease) are allowed and counted.
 ``outbox``
     the transactional outbox: a writer adds one row per database transaction, two relays
     publish them in Kafka transactions. Promise, read with ``read_committed``: every committed
@@ -80,7 +87,7 @@ class Workload:
     @property
     def database(self) -> bool:
         """Whether the workload needs the campaign's PostgreSQL."""
-        return self.name in ("sql", "archive", "outbox")
+        return self.name in ("sql", "archive", "durable", "outbox")
 
     @property
     def watched(self) -> str:
@@ -102,6 +109,10 @@ class Workload:
             return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
         if self.name == "outbox":
             return _relayed(events, self)
+        if self.name == "durable":
+            clients = [{e["value"] for e in mine if e["type"] == "read" and _slot(e) == slot}
+                       for slot in range(1, self.workers + 1)]  # fmt: skip
+            return set.intersection(*clients)
         if self.name == "archive":
             archived = _archived(mine)
             places = acknowledged(events, self)
@@ -113,6 +124,7 @@ class Workload:
 WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
     "archive": Workload("archive"),
+    "durable": Workload("durable", allowed=frozenset({"duplicates"})),
     "outbox": Workload("outbox"),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
@@ -227,6 +239,53 @@ def acknowledged(events: Iterable[Event], workload: Workload) -> dict[str, tuple
         e["value"]: (e.get("p", -1), e.get("o", -1))  # an outbox row has no place yet
         for e in events
         if e["type"] == "publish" and e["status"] == "ok" and e["value"].startswith(prefix)
+    }
+
+
+def _slot(event: Event) -> int:
+    """The worker slot of a worker's event (``<workload>-<slot>.<incarnation>``)."""
+    return int(event["proc"].rsplit("-", 1)[1].split(".")[0])
+
+
+def _seam_breaks(events: list[Event]) -> int:
+    """Reads on the wrong side of their connection's seam: before ``live`` unflagged or at
+    or past the marker, after ``live`` flagged replayed."""
+    breaks = 0
+    by_proc: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        by_proc[e["proc"]].append(e)
+    for mine in by_proc.values():
+        marker: dict[str, int] = {}
+        live = False
+        for e in mine:
+            if e["type"] == "connect":
+                marker, live = e["marker"], False
+            elif e["type"] == "live":
+                live = True
+            elif e["type"] == "read":
+                below = e["o"] < marker.get(str(e["p"]), 0)
+                breaks += e["replayed"] if live else not (e["replayed"] and below)
+    return breaks
+
+
+def check_durable(workload: Workload, events: list[Event], topic: Scan) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    mine = [e for e in events if e["proc"].startswith("durable-")]
+    stuck = duplicates = inversions = 0
+    for slot in range(1, workload.workers + 1):
+        reads = [e for e in mine if e["type"] == "read" and _slot(e) == slot]
+        times = Counter(e["value"] for e in reads)
+        stuck += sum(1 for v in written if v not in times)
+        duplicates += sum(n - 1 for n in times.values())
+        inversions += _first_read_inversions(reads)
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": stuck,
+        "duplicates": duplicates,
+        "out-of-order": inversions,
+        "seam": _seam_breaks(mine),
     }
 
 
@@ -442,6 +501,8 @@ def check(
     if workload.name == "outbox" and db is not None:
         output = scan(cluster, workload.output, workload.partitions)
         return check_outbox(workload, events, output, _unsent(db, workload))
+    if workload.name == "durable":
+        return check_durable(workload, events, topic)
     if workload.name == "archive" and db is not None:
         return check_archive(workload, events, _archive_rows(db, workload), topic)
     if workload.name == "sql" and db is not None:
