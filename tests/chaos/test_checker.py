@@ -14,6 +14,7 @@ from tests.chaos.workloads import (
     check_eos,
     check_outbox,
     check_par,
+    check_share,
     check_sql,
 )
 
@@ -226,4 +227,34 @@ def test_durable_clients_count_gaps_order_and_the_seam(tmp_path: Path) -> None:
         "duplicates": 1,
         "out-of-order": 1,
         "seam": 2,
+    }
+
+
+def test_a_share_group_counts_unacked_records_and_deliveries_not_counted_up(
+    tmp_path: Path,
+) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "share", [(0, 0), (0, 1), (0, 2)])
+    producer.close()
+
+    def read(o: int, deliveries: int) -> tuple[str, dict[str, object]]:
+        return ("read", {"p": 0, "o": o, "value": f"share-{o}", "deliveries": deliveries})
+
+    events = _events(
+        tmp_path,
+        {
+            # 0 read twice, its count rising; 1 delivered twice as its first delivery; 2 unacked.
+            "share-1.1": [read(0, 1), read(1, 1), read(2, 1)],
+            "share-2.1": [read(0, 2), read(1, 1), ("ack", {"values": ["share-0", "share-1"]})],
+        },
+    )
+    share = WORKLOADS["share"]
+    assert share.done(events) == {"share-0", "share-1"}
+    topic = {(0, o): (f"share-{o}", {}) for o in range(3)}
+    assert check_share(share, events, topic) == {
+        "acknowledged": 3,
+        "lost": 0,
+        "stuck": 1,
+        "duplicates": 2,
+        "delivery-count-not-rising": 1,
     }

@@ -23,6 +23,9 @@ Modes:
     partition: ``connect`` with its state and marker, ``read`` with ``replayed``, ``live`` once
     its replay is over, ``confirm`` after each batch. A slot's restarts reconnect the same
     client; while its killed predecessor's claim lasts the connect is refused, and retried.
+``share``
+    a member of the share group ``GROUP``: ``read`` each record it acquired (with its
+    ``delivery_count``), then ``ack`` them all (``confirm``, which waits for the broker).
 ``outbox``
     a transactional outbox relay (``OUTPUT`` is the stream its rows name): each batch of rows
     published in a Kafka transaction of the slot's id, then marked sent; the rows still
@@ -73,7 +76,7 @@ LEASE_MS = 4_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    modes = ("alo", "archive", "durable", "eos", "outbox", "sql", "par")
+    modes = ("alo", "archive", "durable", "eos", "outbox", "sql", "par", "share")
     parser.add_argument("mode", choices=modes)
     for name in ("bootstrap", "topic", "output"):
         parser.add_argument(name)
@@ -253,6 +256,24 @@ def run_durable(args: argparse.Namespace, history: History) -> None:
                 sub.confirm()
 
 
+def run_share(args: argparse.Namespace, history: History) -> None:
+    """A share group member: read, record, ack everything read, until the stop file."""
+    config = SubscriberConfig(
+        stream=stream(args.topic, args.partitions), share_group=args.group, max_batch=50,
+        error_handler=lambda summary, error: None,
+    )  # fmt: skip
+    with Subscriber(Cluster(args.bootstrap), config) as sub:
+        while not os.path.exists(args.stop):
+            batch = sub.poll(200)
+            values = [(r.data or b"").decode() for r in batch]
+            for r, value in zip(batch, values, strict=True):
+                history.add("read", p=r.partition, o=r.offset, value=value,
+                            deliveries=r.delivery_count)  # fmt: skip
+            if values:
+                sub.confirm()
+                history.add("ack", values=values)
+
+
 def run_outbox(args: argparse.Namespace, history: History) -> None:
     """A relay in its own thread; this one records the pending rows every second and exits
     when the relay stops by itself (``close`` raises what stopped it)."""
@@ -314,7 +335,7 @@ def main() -> None:
     try:
         modes = {
             "alo": run_alo, "archive": run_archive, "durable": run_durable, "eos": run_eos,
-            "outbox": run_outbox, "sql": run_sql, "par": run_par,
+            "outbox": run_outbox, "sql": run_sql, "par": run_par, "share": run_share,
         }  # fmt: skip
         modes[args.mode](args, history)
     except BaseException as exc:

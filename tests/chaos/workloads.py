@@ -26,6 +26,11 @@
     seam holds: in each connection every record read before ``on_live`` is flagged replayed
     and lies below the connection's marker, every record after it is live. Duplicates (a
     batch read again after a kill or a lost lease) are allowed and counted.
+``share``
+    a share group (queues for Kafka) of two members that ack what they read. Promise: every
+    acknowledged record acked by a member (none stuck); a record read again (its member killed
+    or paused past its lock, or its ack lost) comes with a higher ``delivery_count``. Records
+    delivered again are allowed and counted as duplicates.
 ``outbox``
     the transactional outbox: a writer adds one row per database transaction, two relays
     publish them in Kafka transactions. Promise, read with ``read_committed``: every committed
@@ -109,6 +114,8 @@ class Workload:
             return {v for e in mine if e["type"] == "db-commit" for v in e["values"]}
         if self.name == "outbox":
             return _relayed(events, self)
+        if self.name == "share":
+            return {v for e in mine if e["type"] == "ack" for v in e["values"]}
         if self.name == "durable":
             clients = [{e["value"] for e in mine if e["type"] == "read" and _slot(e) == slot}
                        for slot in range(1, self.workers + 1)]  # fmt: skip
@@ -125,6 +132,7 @@ WORKLOADS = {
     "alo": Workload("alo", allowed=frozenset({"duplicates"})),
     "archive": Workload("archive"),
     "durable": Workload("durable", allowed=frozenset({"duplicates"})),
+    "share": Workload("share", allowed=frozenset({"duplicates"})),
     "outbox": Workload("outbox"),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
@@ -286,6 +294,27 @@ def check_durable(workload: Workload, events: list[Event], topic: Scan) -> dict[
         "duplicates": duplicates,
         "out-of-order": inversions,
         "seam": _seam_breaks(mine),
+    }
+
+
+def check_share(workload: Workload, events: list[Event], topic: Scan) -> dict[str, int]:
+    acked = acknowledged(events, workload)
+    written = {v for v, place in acked.items() if topic.get(place, ("",))[0] == v}
+    done = workload.done(events)
+    reads = [e for e in events if e["type"] == "read" and e["proc"].startswith("share-")]
+    times = Counter(e["value"] for e in reads)
+    counts: dict[str, int] = {}
+    not_rising = 0
+    for e in reads:  # in each process's order; a value's deliveries across processes vary
+        if e["deliveries"] <= counts.get(e["value"], 0):
+            not_rising += 1
+        counts[e["value"]] = max(e["deliveries"], counts.get(e["value"], 0))
+    return {
+        "acknowledged": len(acked),
+        "lost": len(acked) - len(written),
+        "stuck": sum(1 for v in written if v not in done),
+        "duplicates": sum(n - 1 for n in times.values()),
+        "delivery-count-not-rising": not_rising,
     }
 
 
@@ -503,6 +532,8 @@ def check(
         return check_outbox(workload, events, output, _unsent(db, workload))
     if workload.name == "durable":
         return check_durable(workload, events, topic)
+    if workload.name == "share":
+        return check_share(workload, events, topic)
     if workload.name == "archive" and db is not None:
         return check_archive(workload, events, _archive_rows(db, workload), topic)
     if workload.name == "sql" and db is not None:
