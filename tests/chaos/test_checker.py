@@ -191,6 +191,7 @@ def test_the_outbox_counts_rows_in_the_stream_by_commit_order(tmp_path: Path) ->
         "stuck": 1,
         "duplicates": 1,
         "out-of-order": 1,
+        "writer-stopped": 0,
     }
     later = tmp_path / "later"
     later.mkdir()

@@ -190,6 +190,13 @@ class OutboxWriter(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._write()
+        except Exception as exc:  # the outbox refused a row for good: an anomaly
+            self.history.add("writer-stopped", error=f"{type(exc).__name__}: {exc}"[:300])
+            raise
+
+    def _write(self) -> None:
         with SqlStore(self.db) as store:
             outbox, n = Outbox(store), 0
             while not self.halt.wait(self.interval):
@@ -351,6 +358,7 @@ def check_outbox(
         "stuck": sum(1 for v in acked if v in pending),
         "duplicates": sum(n - 1 for n in times.values() if n > 1),
         "out-of-order": inversions,
+        "writer-stopped": sum(1 for e in events if e["type"] == "writer-stopped"),
     }
 
 
