@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import Context, Report, markdown_table, standalone
+from benchmarks._common import Context, Report, markdown_table, standalone, wait_until
 from bolide.facade import (
     Cluster,
     Publisher,
@@ -114,11 +114,7 @@ class _Member:
 
 
 def _wait(check: Any, what: str) -> None:
-    deadline = time.monotonic() + _TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rebalance benchmark: {what}")
-        time.sleep(0.01)
+    wait_until(check, f"rebalance benchmark: {what}", _TIMEOUT_S)
 
 
 def _settled(members: list[_Member]) -> bool:
