@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -29,6 +30,7 @@ __all__ = [
     "ratios_table",
     "standalone",
     "summarize",
+    "wait_until",
 ]
 
 
@@ -57,6 +59,15 @@ def _tansu_version() -> str:
         return out.strip().removeprefix("tansu ") or "unknown"
     except Exception:  # the version is informative only
         return "unknown"
+
+
+def wait_until(check: Callable[[], object], what: str, timeout_s: float) -> None:
+    """Wait until ``check()`` is true; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s:.0f} s")
+        time.sleep(0.05)
 
 
 def positive_int(text: str) -> int:

@@ -32,6 +32,7 @@ from benchmarks._common import (
     positive_int,
     settings_of,
     summarize,
+    wait_until,
 )
 from bolide.facade import (
     Cluster,
@@ -74,11 +75,7 @@ class _Member(threading.Thread):
 
 
 def _wait(check: Any, what: str) -> None:
-    deadline = time.monotonic() + _PHASE_TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {_PHASE_TIMEOUT_S:.0f} s")
-        time.sleep(0.05)
+    wait_until(check, what, _PHASE_TIMEOUT_S)
 
 
 def run(

@@ -43,6 +43,7 @@ KNOWN = (
     "outbox",
     "telemetry",
     "aio",
+    "rebalance",
 )
 
 _HERE = Path(__file__).resolve().parent

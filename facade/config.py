@@ -58,19 +58,45 @@ def _check_group(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a non-empty string")
 
 
-def check_eager(source: str, settings: Mapping[str, Any]) -> None:
-    """Refuse consumer settings that ask for incremental rebalancing.
+#: How a grouped subscriber's partitions move in a rebalance: ``"eager"`` (the classic
+#: protocol's range and roundrobin: every member gives everything up, then takes its share),
+#: ``"cooperative"`` (classic with cooperative-sticky) or ``"consumer"`` (Kafka 4's group
+#: protocol, KIP-848): only the partitions that move are revoked and assigned.
+RebalanceProtocol = Literal["eager", "cooperative", "consumer"]
 
-    Subscribers position their partitions in eager rebalance callbacks (``assign``/``unassign``),
-    which a cooperative or KIP-848 (``group.protocol=consumer``) group would break.
+#: Settings the consumer group protocol (KIP-848) moves to the broker, and where they went.
+_BROKER_SIDE = {
+    "session.timeout.ms": "the broker's group.consumer.session.timeout.ms",
+    "heartbeat.interval.ms": "the broker's group.consumer.heartbeat.interval.ms",
+    "partition.assignment.strategy": (
+        "the broker's assignors (group.consumer.assignors; pick one with group.remote.assignor)"
+    ),
+    "group.protocol.type": "the protocol itself",
+}
+
+
+def rebalance_protocol(source: str, settings: Mapping[str, Any]) -> RebalanceProtocol:
+    """How the consumer ``settings`` rebalance; refuses what does not apply to the protocol.
+
+    Raises:
+        ValueError: ``group.protocol`` is neither ``classic`` nor ``consumer``, or a setting
+            the consumer protocol keeps on the broker is given with it.
     """
-    strategy = str(settings.get("partition.assignment.strategy", ""))
-    protocol = str(settings.get("group.protocol", "classic"))
-    if "cooperative" in strategy or protocol != "classic":
+    protocol = str(settings.get("group.protocol", "classic")).lower()
+    if protocol == "consumer":
+        for key, owner in _BROKER_SIDE.items():
+            if key in settings:
+                raise ValueError(
+                    f"{source}: {key} does not apply with group.protocol=consumer (KIP-848): "
+                    f"it is {owner}; leave it out"
+                )
+        return "consumer"
+    if protocol != "classic":
         raise ValueError(
-            f"{source}: partition.assignment.strategy={strategy!r}, group.protocol={protocol!r} "
-            "are not supported: subscribers rebalance eagerly (range, roundrobin; classic)"
+            f"{source}: group.protocol={protocol!r} is not a group protocol (classic or consumer)"
         )
+    strategy = str(settings.get("partition.assignment.strategy", ""))
+    return "cooperative" if "cooperative" in strategy else "eager"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,10 +239,15 @@ class SubscriberConfig:
         group: Subscriber group (Kafka consumer group); ``None`` for an ungrouped subscriber.
         initial_offset_scheme: Where to start without a position (table: docs/concepts.md).
         lease_timeout_ms: A grouped subscriber that stops polling for this long loses its lease
-            (``session.timeout.ms`` and ``max.poll.interval.ms``).
+            (``session.timeout.ms`` and ``max.poll.interval.ms``). With Kafka 4's group
+            protocol (``group.protocol=consumer`` in ``consumer_config``) it bounds the polls
+            only: the broker's ``group.consumer.session.timeout.ms`` is the session
+            (docs/kafka-estate.md#rebalancing).
         max_batch: Most records one ``poll`` returns (1 to 1,000,000, librdkafka's bound).
         error_handler: ``fn(summary, error)`` for failures outside any one call; logs if unset.
-        consumer_config: librdkafka consumer settings, passed through.
+        consumer_config: librdkafka consumer settings, passed through. Rebalancing is eager
+            by default; ``partition.assignment.strategy=cooperative-sticky`` or
+            ``group.protocol=consumer`` moves only the partitions that change hands.
         durable_id: Makes this a durable client (GemFire): on reconnect it first gets what it
             missed while away (docs/durable.md).
         durable_timeout_s: A durable client away longer than this is forgotten.
@@ -301,7 +332,7 @@ class SubscriberConfig:
         object.__setattr__(
             self, "consumer_config", check_settings("consumer_config", self.consumer_config)
         )
-        check_eager("consumer_config", self.consumer_config)
+        rebalance_protocol("consumer_config", self.consumer_config)
         if self.durable_id is not None:
             if not isinstance(self.durable_id, str) or not self.durable_id:
                 raise ValueError("durable_id must be a non-empty string")

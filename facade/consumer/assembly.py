@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bolide.facade._internal.fatal import Refusals
 from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
+from bolide.facade.consumer.client import protocol_of
 from bolide.facade.consumer.confirms import Confirms
 from bolide.facade.consumer.fetch import Fetcher
 from bolide.facade.consumer.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
@@ -127,6 +128,17 @@ class Parts:
         )
 
 
+def _partition_state(
+    cluster: Cluster, config: SubscriberConfig, consumer: Consumer, partitions: int
+) -> PartitionState:
+    """A group member's partitions (moved one by one under an incremental protocol), else
+    an ungrouped subscriber's: all ``partitions`` of its stream."""
+    topic = config.single.name
+    if not config.grouped:
+        return ManualState(consumer, topic, partitions)
+    return GroupState(consumer, topic, incremental=protocol_of(cluster, config) != "eager")
+
+
 def assemble(
     cluster: Cluster,
     config: SubscriberConfig,
@@ -142,7 +154,7 @@ def assemble(
     """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of
     ``partitions``). Nothing talks to Kafka until ``Parts.start``."""
     topic, grouped = config.single.name, config.grouped
-    state = GroupState(consumer, topic) if grouped else ManualState(consumer, topic, partitions)
+    state = _partition_state(cluster, config, consumer, partitions)
     positions = Positions(cluster, config, consumer, state, partitions, report)
     confirms = Confirms(
         topic,

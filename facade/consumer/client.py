@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition, libversion
 
 from bolide.facade._internal.fatal import Refusals, Scope, fatal_error
 from bolide.facade._internal.lock import HookLock
-from bolide.facade.config import Cluster, SubscriberConfig, check_eager
+from bolide.facade.config import Cluster, RebalanceProtocol, SubscriberConfig, rebalance_protocol
 from bolide.facade.durable import durable_group_id
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import CONSUMER_DEFAULTS, broker_setting, new_client
@@ -28,10 +28,14 @@ __all__ = [
     "new_consumer",
     "partition_arg",
     "partitions_arg",
+    "protocol_of",
     "refused_error",
 ]
 
 log = logging.getLogger("bolide.facade.subscriber")
+
+#: librdkafka 2.12, the first release whose consumer group protocol (KIP-848) is GA.
+_KIP848_GA = 0x020C0000
 
 ErrorHandler = Callable[[str, BaseException | None], None]
 
@@ -67,16 +71,26 @@ def consumer_config(
     if on_error is not None:
         own["error_cb"] = on_error
     if config.grouped:
-        own.update(
-            {
-                "session.timeout.ms": lease,
-                "max.poll.interval.ms": lease,
-                "heartbeat.interval.ms": max(100, lease // 10),
-            }
-        )
+        own["max.poll.interval.ms"] = lease
+        # The consumer protocol keeps the session on the broker
+        # (group.consumer.session.timeout.ms): the lease bounds the polls only.
+        protocol = protocol_of(cluster, config)
+        if protocol == "consumer" and libversion()[1] < _KIP848_GA:
+            raise ValueError(
+                "group.protocol=consumer needs librdkafka 2.12 or later (confluent-kafka 2.12), "
+                f"where Kafka 4's consumer group protocol is GA; this one is {libversion()[0]}"
+            )
+        if protocol != "consumer":
+            own["session.timeout.ms"] = lease
+            own["heartbeat.interval.ms"] = max(100, lease // 10)
     settings = cluster.client_config(CONSUMER_DEFAULTS, own, config.consumer_config)
-    check_eager("Cluster settings", settings)
+    rebalance_protocol("Cluster settings", settings)
     return settings
+
+
+def protocol_of(cluster: Cluster, config: SubscriberConfig) -> RebalanceProtocol:
+    """How ``config``'s subscriber rebalances on ``cluster`` (its settings and the cluster's)."""
+    return rebalance_protocol("Cluster settings", cluster.client_config(config.consumer_config))
 
 
 def new_consumer(

@@ -130,7 +130,9 @@ class Lease:
             # the failure (a position store's are ahead of the group's), never back below them.
             self._report(f"positioning {self._topic}{parts} failed; using confirmed offsets", exc)
             positions.fallback(parts, known)
-        self._state.take(parts)
+        state = self._state
+        # An incremental protocol hands over only the partitions gained; eager, all held.
+        state.take(state.assigned() | set(parts) if state.incremental else parts)
         log.info("%s assigned %s[%s]", self._group_id, self._topic, parts)
         if self._durable is not None:
             self._durable.on_assigned(parts)
@@ -140,13 +142,15 @@ class Lease:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        self.lose([tp.partition for tp in partitions], lost=False)
-        self._state.unassign()
+        parts = [tp.partition for tp in partitions]
+        self.lose(parts, lost=False)
+        self._state.unassign(parts)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        self.lose([tp.partition for tp in partitions], lost=True)
-        self._state.unassign()
+        parts = [tp.partition for tp in partitions]
+        self.lose(parts, lost=True)
+        self._state.unassign(parts)
 
     def lose(self, parts: list[int], *, lost: bool) -> None:
         """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``."""

@@ -45,6 +45,9 @@ class PartitionState:
 
     #: A rewound partition is repositioned by assigning again (no group lease to keep).
     reassigns_on_rewind = False
+    #: The group moves partitions one by one (cooperative or KIP-848): the consumer's
+    #: assignment changes by increments, and the others' keep reading meanwhile.
+    incremental = False
 
     def __init__(self, consumer: Consumer, topic: str, held: Iterable[int] = ()) -> None:
         self._consumer = consumer
@@ -164,12 +167,29 @@ class PartitionState:
     # -- the consumer ------------------------------------------------------------------------
 
     def assign(self, assignment: list[TopicPartition]) -> None:
-        """Assign the consumer ``assignment`` (topic partitions at their offsets)."""
-        self._consumer.assign(assignment)
+        """Assign the consumer ``assignment`` (topic partitions at their offsets); under an
+        incremental protocol, only those partitions, the consumer's others untouched."""
+        if not self.incremental:
+            self._consumer.assign(assignment)
+            return
+        wanted = {tp.partition for tp in assignment}
+        moving = [tp for tp in self._consumer.assignment() if tp.partition in wanted]
+        if moving:  # repositioned: assigned again at their new offsets
+            self._consumer.incremental_unassign(moving)
+        self._consumer.incremental_assign(assignment)
 
-    def unassign(self) -> None:
-        """The consumer lets go of its assignment (a revocation handled)."""
-        self._consumer.unassign()
+    def unassign(self, partitions: Iterable[int] | None = None) -> None:
+        """The consumer lets go of its assignment (a revocation handled); under an
+        incremental protocol, of ``partitions`` only (``None``: all it has)."""
+        if not self.incremental:
+            self._consumer.unassign()
+            return
+        held = self._consumer.assignment()
+        if partitions is not None:
+            parts = set(partitions)
+            held = [tp for tp in held if tp.partition in parts]
+        if held:
+            self._consumer.incremental_unassign(held)
 
     def seek(self, partition: int, offset: int) -> None:
         """The consumer fetches ``partition`` from ``offset``."""
@@ -197,7 +217,12 @@ class PartitionState:
 
 class GroupState(PartitionState):
     """A consumer group member's partitions: none until the group hands it some (``take``);
-    given up one by one as the group moves them (``lose``)."""
+    given up one by one as the group moves them (``lose``). ``incremental``: the group
+    rebalances cooperatively (cooperative-sticky, or Kafka 4's consumer protocol)."""
+
+    def __init__(self, consumer: Consumer, topic: str, *, incremental: bool = False) -> None:
+        super().__init__(consumer, topic)
+        self.incremental = incremental
 
 
 class ManualState(PartitionState):

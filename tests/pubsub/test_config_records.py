@@ -90,12 +90,6 @@ def test_contradictory_or_unknown_settings():
         SubscriberConfig(stream=stream, initial_offset_scheme=InitialOffsetScheme.NONE)
     with pytest.raises(TypeError, match="on_revoke"):
         SubscriberConfig(stream=stream, group="g", on_revoke=5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cooperative"):
-        SubscriberConfig(
-            stream=stream,
-            group="g",
-            consumer_config={"partition.assignment.strategy": "cooperative-sticky"},
-        )
     with pytest.raises(TypeError, match="consumer_config"):
         SubscriberConfig(stream=stream, consumer_config={"fetch.wait.max.ms": [1]})
 
@@ -157,7 +151,22 @@ def test_record_batch():
 def test_configs_are_hashable_values():
     assert hash(StreamConfig(name="s")) == hash(StreamConfig(name="s", topic_config={"a": "1"}))
     assert StreamConfig(name="s") == StreamConfig(name="s")
-    with pytest.raises(ValueError, match=r"group\.protocol"):
-        SubscriberConfig(
-            stream=StreamConfig(name="s"), group="g", consumer_config={"group.protocol": "consumer"}
-        )
+
+
+def test_incremental_rebalancing_is_accepted_and_broker_side_settings_are_refused():
+    stream = StreamConfig(name="s")
+    for settings in (
+        {"partition.assignment.strategy": "cooperative-sticky"},
+        {"group.protocol": "consumer"},
+        {"group.protocol": "consumer", "group.remote.assignor": "uniform"},
+    ):
+        SubscriberConfig(stream=stream, group="g", consumer_config=settings)
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+        with pytest.raises(ValueError, match=rf"{key}.*group\.protocol=consumer.*broker"):
+            SubscriberConfig(
+                stream=stream,
+                group="g",
+                consumer_config={"group.protocol": "consumer", key: "1000"},
+            )
+    with pytest.raises(ValueError, match="not a group protocol"):
+        SubscriberConfig(stream=stream, group="g", consumer_config={"group.protocol": "streams"})
