@@ -22,11 +22,35 @@ from bolide.spark.session import spark_session
 __all__ = ["register"]
 
 
+def _conf_pair(text: str) -> tuple[str, str]:
+    """One ``--conf key=value``, split at the first ``=`` (as ``spark-submit`` does)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--master",
         default="local[2]",
-        help="Spark master URL (default local[2]); 'submit' leaves it to spark-submit",
+        help="Spark master URL: local[N], spark://host:7077, k8s://..., yarn (default "
+        "local[2]); 'submit' leaves it to spark-submit",
+    )
+    parser.add_argument(
+        "--deploy-mode",
+        choices=("client", "cluster"),
+        default="client",
+        help="where the driver runs: client (here, the default); cluster mode needs "
+        "spark-submit --deploy-mode cluster with --master submit",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        type=_conf_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit's --conf (repeatable); it overrides bolide's",
     )
     parser.add_argument(
         "--packages",
@@ -122,9 +146,19 @@ def _require(args: argparse.Namespace, *names: str) -> None:
 
 
 def _session(args: argparse.Namespace, job: str) -> Any:
-
+    """The job's SparkSession, with this process as its driver (client mode)."""
+    if args.deploy_mode == "cluster":
+        print(
+            "bolide spark: error: --deploy-mode cluster: this command is the driver, so it runs "
+            "in client mode; for cluster mode submit its file with spark-submit "
+            "--deploy-mode cluster and pass --master submit (docs/spark.md)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     master = None if args.master == "submit" else args.master
-    return spark_session(f"bolide-{job}", master, packages=args.packages)
+    return spark_session(
+        f"bolide-{job}", master, packages=args.packages, config=dict(args.conf) or None
+    )
 
 
 def _progress(report: Any) -> None:

@@ -304,6 +304,25 @@ def test_cli_help_lists_the_jobs(capsys) -> None:
         assert job in out
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--conf", "spark.executor.memory"], "expected key=value"),
+        (["--conf", "=1g"], "expected key=value"),
+        (["--deploy-mode", "cluster"], "spark-submit --deploy-mode cluster"),
+        (["--deploy-mode", "nearby"], "invalid choice"),
+    ],
+)
+def test_cli_refuses_spark_options_it_cannot_honour(
+    flags: list[str], message: str, sqlite_url: str, capsys
+) -> None:
+    # Refused before any SparkSession is made: a usage error, exit code 2.
+    with pytest.raises(SystemExit) as info:
+        cli_main(["spark", "query", "--db", sqlite_url, *flags, "SELECT 1"])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_archive_refuses_a_store_without_schema(spark: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     with pytest.raises(SchemaOutOfDateError, match="bolide db upgrade"):

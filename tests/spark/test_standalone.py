@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,7 @@ from bolide.facade.record import trusted_record
 from bolide.spark import BatchReport, StoreNotSharedError, archive, query
 from bolide.stores import SqlStore
 from tests.conftest import upgraded_db_url
+from tests.spark.standalone import Sessions, StandaloneCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -75,3 +81,38 @@ def test_query_reads_the_archive_in_offset_ranges(cluster_spark: Any, pg_url: st
     plan = df._jdf.queryExecution().optimizedPlan().toString()
     assert "JDBCRelation(bolide_records) [numPartitions=2]" in plan
     assert [tuple(r) for r in df.collect()] == [("big", 2_000, 2_000 * 1024)]
+
+
+@pytest.mark.postgres
+def test_cli_submits_a_job_to_the_cluster(
+    spark_sessions: Sessions, spark_cluster: StandaloneCluster, pg_url: str
+) -> None:
+    records = [trusted_record(b"v", b"k", [], "cli", 0, n, 1_000 + n) for n in range(30)]
+    with SqlStore(pg_url) as store:
+        store.store_all("cli", records)
+    spark_sessions.stop()  # the command's own driver takes the workers' cores
+    conf = {
+        "spark.app.name": "bolide-cli-on-the-cluster",
+        "spark.driver.maxResultSize": "1m",
+        "spark.executor.memory": "512m",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+    }
+    command = [sys.executable, "-m", "bolide.facade.cli.main", "spark", "query"]
+    command += ["--master", spark_cluster.master_url, "--deploy-mode", "client"]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    command += ["--db", pg_url, "--via", "jdbc", "SELECT count(*) AS n FROM records"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BOLIDE_")}
+    environ["PYSPARK_PYTHON"] = sys.executable  # what the executors run
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, check=False, env=environ
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| 30|" in done.stdout
+    # The master ran it as an application of that name: --master and --conf both took.
+    url = f"http://127.0.0.1:{spark_cluster.ui_port}/json/"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        state = json.load(reply)
+    names = [app["name"] for app in state["completedapps"] + state["activeapps"]]
+    assert "bolide-cli-on-the-cluster" in names
