@@ -8,6 +8,7 @@ run as Python (docs/performance.md#compiled-record-path).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -45,6 +46,22 @@ class _OptionalBuildExt(build_ext):
             _say(f"could not compile {ext.name} ({exc}); it runs as Python")
 
 
+def _pxd_tree() -> str:
+    """A folder holding each module's ``.pxd`` under its dotted name (``bolide/facade/...``).
+
+    Cython finds the ``.pxd`` that declares a module's C layout by the module's full name; the
+    sources sit in ``facade/`` (mapped to ``bolide.facade``), so they are copied where the
+    name leads."""
+    root = os.path.join("build", "cython-include")
+    for name, path in CYTHON_MODULES.items():
+        pxd = os.path.splitext(path)[0] + ".pxd"
+        if os.path.exists(pxd):
+            target = os.path.join(root, *name.split(".")) + ".pxd"
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(pxd, target)
+    return root
+
+
 def _extensions() -> list[Any]:
     if os.environ.get("DISABLE_BOLIDE_CEXT", "") not in ("", "0"):
         _say("DISABLE_BOLIDE_CEXT is set: the pure-Python modules are installed")
@@ -57,8 +74,15 @@ def _extensions() -> list[Any]:
         _say("Cython is not installed: the pure-Python modules are installed")
         return []
     extensions = [Extension(name, [path]) for name, path in CYTHON_MODULES.items()]
+    include = _pxd_tree()
     return list(
-        cythonize(extensions, compiler_directives=DIRECTIVES, build_dir="build/cython", quiet=True)
+        cythonize(
+            extensions,
+            compiler_directives=DIRECTIVES,
+            build_dir="build/cython",
+            include_path=[include],
+            quiet=True,
+        )
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["compiled", "final", "inline", "locals"]
+__all__ = ["cclass", "compiled", "final", "inline", "locals"]
 
 _T = TypeVar("_T")
 
@@ -20,6 +20,11 @@ compiled = False
 
 
 def _identity(target: _T) -> _T:
+    return target
+
+
+def cclass(target: _T) -> _T:
+    """Cython: compile the class as an extension type (here: no effect)."""
     return target
 
 

@@ -82,6 +82,7 @@ def normalize_headers(headers: HeadersInput) -> Headers:
     return out
 
 
+@cython.cclass
 class Record:
     """One record of a stream.
 
@@ -218,9 +219,10 @@ class SharedRecord(Record):
     __slots__ = ()
 
 
+@cython.locals(copy=Record)
 def unshared(record: Record) -> Record:
     """A plain ``Record`` with ``record``'s fields (and its own header list)."""
-    copy: Record = _new(Record)
+    copy: Record = Record.__new__(Record)
     for name in Record.__slots__:
         setattr(copy, name, getattr(record, name))
     if copy._headers is not None:
@@ -241,9 +243,7 @@ def group_from_headers(headers: Headers) -> str | None:
     return None
 
 
-_new = object.__new__  # bound once: one attribute lookup fewer per record read
-
-
+@cython.locals(record=Record)
 def trusted_record(
     data: bytes | None,
     key: bytes | None,
@@ -269,7 +269,7 @@ def trusted_record(
         offset: The Kafka offset.
         timestamp_ms: The record's timestamp in epoch milliseconds.
     """
-    record: Record = _new(Record)
+    record: Record = Record.__new__(Record)  # no __init__: no checks, no copies
     record.data = data
     record.key = key
     record._headers = headers
@@ -284,19 +284,27 @@ def trusted_record(
     return record
 
 
-def record_from_message(msg: Message, topic: str | None = None) -> Record:
+@cython.locals(record=Record)
+def record_from_message(
+    msg: Message, topic: str | None = None, kind: type[Record] = Record
+) -> Record:
     """A ``Record`` from a consumed Kafka message (a null value stays ``None``: a tombstone;
     null header values become ``b""``).
 
     Args:
         msg: A message without error.
         topic: The topic name when the caller knows it (saves a call per record).
+        kind: ``Record`` or a subclass (``SharedRecord``): the type made. A compiled record
+            type's class cannot be reassigned afterwards, so it is chosen here.
     """
     # Consumed messages carry a list of pairs or None, never a dict (an annotation, not cast():
     # no call on the poll path).
     headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
     # trusted_record's body, inlined: one Python call fewer per record read (reads are hot).
-    record: Record = _new(Record)
+    if kind is Record:  # the common case: the compiled module allocates it directly
+        record: Record = Record.__new__(Record)
+    else:
+        record = kind.__new__(kind)
     record.data = msg.value()
     record.key = msg.key()
     if headers:
