@@ -5,6 +5,8 @@ what an application constructs and catches; every error is in ``bolide.facade.er
 the other names imported here stay importable from this package as before.
 """
 
+# First: it decides whether the compiled ``_cy`` modules or their sources are imported.
+from bolide.facade import _cext
 from bolide.facade.avro.registry import (
     Compatibility,
     ConfluentSchemaRegistry,

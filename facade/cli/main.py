@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
+from bolide.facade import _cext
 from bolide.facade.errors import BolideError
 from bolide.facade.redaction import redact_text
 
@@ -91,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bolide", description="Meteor's streaming API on Kafka, with SQL history and Spark."
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logs (-vv: debug)")
-    parser.add_argument("--version", action="version", version=f"bolide {_version()}")
+    parser.add_argument(
+        "--version", action="version", version=f"bolide {_version()}, {_cext.describe()}"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         try:

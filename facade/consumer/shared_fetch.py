@@ -228,8 +228,8 @@ class SharedFetch:
             if settle and gaps.refetch(self._consumer, msg):
                 skipped.add(partition)  # read again from the expected offset
                 continue
-            record = record_from_message(msg, topic)
-            record.__class__ = SharedRecord  # published as a copy (record.unshared)
+            # A SharedRecord is published as a copy (record.unshared)
+            record = record_from_message(msg, topic, SharedRecord)
             run = runs.get(partition)
             if run is None:
                 run = runs[partition] = ([], [], [0])
