@@ -143,17 +143,24 @@ WORKLOADS = {
 }
 
 
-class Producer(threading.Thread):
-    """Publishes ``<workload>-<n>`` (keys ``k0``..``k7``) with ``acks=all`` and records each
-    attempt: ``publish`` with ``status`` ``invoke``, then ``ok`` (and its place) or ``fail``."""
+class _Source(threading.Thread):
+    """What writes a workload's input at ``rate`` records per second until ``halt``."""
 
-    def __init__(self, cluster: Cluster, workload: Workload, history: History, rate: float):
-        super().__init__(name=f"producer-{workload.name}", daemon=True)
-        self.cluster = cluster
+    def __init__(self, workload: Workload, history: History, rate: float):
+        super().__init__(name=f"source-{workload.name}", daemon=True)
         self.workload = workload
         self.history = history
         self.interval = 1 / rate
         self.halt = threading.Event()
+
+
+class Producer(_Source):
+    """Publishes ``<workload>-<n>`` (keys ``k0``..``k7``) with ``acks=all`` and records each
+    attempt: ``publish`` with ``status`` ``invoke``, then ``ok`` (and its place) or ``fail``."""
+
+    def __init__(self, cluster: Cluster, workload: Workload, history: History, rate: float):
+        super().__init__(workload, history, rate)
+        self.cluster = cluster
 
     def _settled(self, value: str, offset: int | None, error: Any, partition: int) -> None:
         if error is None:
@@ -179,18 +186,14 @@ class Producer(threading.Thread):
             pub.flush(120)
 
 
-class OutboxWriter(threading.Thread):
+class OutboxWriter(_Source):
     """Adds ``outbox-<n>`` rows (keys ``k0``..``k7``, bound for the workload's output stream),
     one per database transaction, and records each: ``publish`` ``invoke``, then ``ok`` once
     the transaction committed or ``fail``."""
 
     def __init__(self, db: str, workload: Workload, history: History, rate: float):
-        super().__init__(name=f"writer-{workload.name}", daemon=True)
+        super().__init__(workload, history, rate)
         self.db = db
-        self.workload = workload
-        self.history = history
-        self.interval = 1 / rate
-        self.halt = threading.Event()
 
     def run(self) -> None:
         try:
