@@ -20,7 +20,7 @@ def bolide(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "bolide.facade.cli.main", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,  # a guard against a hang, not a speed limit
         check=False,
     )
 
