@@ -65,6 +65,14 @@ def _fenced(err: KafkaError) -> bool:
     return err.code() == KafkaError._FATAL and "group.instance.id" in err.str()
 
 
+def _unreleased(err: KafkaError) -> bool:
+    """The consumer protocol's refusal of a member joining with an instance id another live
+    member holds (UNRELEASED_INSTANCE_ID, fatal to the newcomer in librdkafka)."""
+    if err.code() == KafkaError.UNRELEASED_INSTANCE_ID:
+        return True
+    return err.code() == KafkaError._FATAL and "instance ID is still used" in err.str()
+
+
 @dataclass(frozen=True)
 class Scope:
     """What a client works on, to name in the error.
@@ -109,6 +117,16 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
         return FencedInstanceError(
             f"another member of group {scope.group!r} joined with this {scope.role}'s "
             f"group.instance.id {scope.instance_id!r} and took its partitions ({said}): "
+            "give every live member a group.instance.id of its own",
+            group=scope.group,
+            instance_id=scope.instance_id,
+            cause=err,
+            stream=scope.topic,
+        )
+    if _unreleased(err):
+        return FencedInstanceError(
+            f"another live member of group {scope.group!r} holds this {scope.role}'s "
+            f"group.instance.id {scope.instance_id!r}, and the broker refused this one ({said}): "
             "give every live member a group.instance.id of its own",
             group=scope.group,
             instance_id=scope.instance_id,
