@@ -113,21 +113,18 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
         )
     if code in AUTHENTICATION_CODES:
         return authentication_error(err, scope.topic, record)
-    if _fenced(err):
-        return FencedInstanceError(
-            f"another member of group {scope.group!r} joined with this {scope.role}'s "
-            f"group.instance.id {scope.instance_id!r} and took its partitions ({said}): "
-            "give every live member a group.instance.id of its own",
-            group=scope.group,
-            instance_id=scope.instance_id,
-            cause=err,
-            stream=scope.topic,
+    if _fenced(err) or _unreleased(err):
+        # Classic: the last to join takes the partitions; consumer protocol: it is refused.
+        ours = f"this {scope.role}'s group.instance.id {scope.instance_id!r}"
+        what = (
+            f"another live member of group {scope.group!r} holds {ours}, and the broker "
+            "refused this one"
+            if _unreleased(err)
+            else f"another member of group {scope.group!r} joined with {ours} and took its "
+            "partitions"
         )
-    if _unreleased(err):
         return FencedInstanceError(
-            f"another live member of group {scope.group!r} holds this {scope.role}'s "
-            f"group.instance.id {scope.instance_id!r}, and the broker refused this one ({said}): "
-            "give every live member a group.instance.id of its own",
+            f"{what} ({said}): give every live member a group.instance.id of its own",
             group=scope.group,
             instance_id=scope.instance_id,
             cause=err,
