@@ -45,7 +45,7 @@ from confluent_kafka import KafkaError, KafkaException
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.errors import DurableClientBusyError, StoreError
 from bolide.facade.kafka import (
-    admin_client,
+    delete_group,
     log_ends,
 )
 from bolide.facade.ports import (
@@ -102,14 +102,17 @@ def drop_position(cluster: Cluster, group_id: str) -> bool:
     Kafka refuses while the group has members; callers that must not resume from the old
     offsets also ignore them (a durable client that is new or expired does).
     """
-    admin = admin_client(cluster)
     try:
-        admin.delete_consumer_groups([group_id], request_timeout=10)[group_id].result(timeout=10)
+        delete_group(cluster, group_id, timeout_s=10)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
             return True
-        log.warning("could not delete the offsets of group %r: %s", group_id, exc)
+        refused = (
+            isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        )
+        fix = f" (grant the user DELETE on group {group_id!r})" if refused else ""
+        log.warning("could not delete the offsets of group %r: %s%s", group_id, exc, fix)
         return False
     return True
 

@@ -265,9 +265,10 @@ class AuthenticationError(BolideError):
 
 
 class FencedInstanceError(BolideError):
-    """Another live member of the subscriber group joined with this subscriber's
-    ``group.instance.id`` (static membership): the broker gave it this member's partitions and
-    refuses this one from now on. Give every live member an id of its own.
+    """Two live members of the subscriber group use one ``group.instance.id`` (static
+    membership). Under the classic protocol the one that joined last takes the partitions and
+    the broker refuses the first from now on; under the consumer protocol (KIP-848) the broker
+    refuses the newcomer and the first keeps reading. Give every live member an id of its own.
 
     Attributes:
         group: The subscriber group.

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer
 from bolide.facade.config import Cluster, HistoryStore
 from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, log_ends, log_starts
 from bolide.facade.redaction import redact, redact_url
+from bolide.spark._java_settings import librdkafka_settings
 
 __all__ = [
     "EARLIEST",
@@ -172,6 +173,7 @@ class SourceOptions:
                     f"option {unsupported} is not supported by format('bolide'); use subscribe"
                 )
         kafka = {k[len("kafka.") :]: v for k, v in lowered.items() if k.startswith("kafka.")}
+        kafka = librdkafka_settings(kafka)  # the Java client's names, as Spark's source has them
         if not kafka.get("bootstrap.servers"):
             raise ValueError("option kafka.bootstrap.servers is required (host:port,...)")
         topics = [t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip()]

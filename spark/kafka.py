@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bolide.facade.config import Cluster, InitialOffsetScheme, StreamConfig
 from bolide.facade.errors import BolideError, InvalidInitialOffsetSchemeError, OffsetLoadError
 from bolide.facade.kafka import CONSUMER_DEFAULTS, committed_offsets, ensure_topic
+from bolide.spark._java_settings import java_client_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,12 +54,6 @@ _REFUSED = frozenset(
     }
 )
 
-_SASL_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
 
 class ConnectorNotFoundError(BolideError, RuntimeError):
     """Spark's Kafka connector (``spark-sql-kafka-0-10``) is not on the classpath.
@@ -89,25 +84,15 @@ def _spark_value(value: object) -> str:
     raise TypeError(f"Spark option values must be str, int, float or bool, not {value!r}")
 
 
-def _jaas(settings: Mapping[str, Any]) -> str | None:
-    """A ``sasl.jaas.config`` for Java clients from librdkafka's username/password pair."""
-    user, password = settings.get("sasl.username"), settings.get("sasl.password")
-    module = _SASL_MODULES.get(str(settings.get("sasl.mechanism", "PLAIN")).upper())
-    if user is None or password is None or module is None:
-        return None
-    return f'{module} required username="{user}" password="{password}";'
-
-
 def _cluster_options(cluster: Cluster) -> dict[str, str]:
-    settings = cluster.settings
+    """``kafka.*`` options of ``cluster``, by the Java client's names (``format("bolide")``
+    maps them back to librdkafka's)."""
+    settings = java_client_settings(cluster.settings)
     options = {"kafka.bootstrap.servers": cluster.bootstrap_servers}
     for key, value in settings.items():
         if key in _REFUSED or callable(value):
             continue
         options[f"kafka.{key}"] = _spark_value(value)
-    jaas = _jaas(settings)
-    if jaas is not None and "sasl.jaas.config" not in settings:
-        options["kafka.sasl.jaas.config"] = jaas
     return options
 
 
@@ -165,10 +150,9 @@ def kafka_options(
 
     Args:
         stream: The stream; its topic becomes ``subscribe``.
-        cluster: Bootstrap servers and librdkafka settings, passed as ``kafka.<name>`` (minus
-            those Spark manages itself: ``group.id``, ``auto.offset.reset``,
-            ``enable.auto.commit``, deserializers). A ``sasl.username``/``sasl.password`` pair
-            also yields the ``kafka.sasl.jaas.config`` Java clients need.
+        cluster: Bootstrap servers and settings, as ``kafka.<name>`` by the Java client's
+            names (``kafka.sasl.jaas.config``, PEM trust and key stores: docs/spark.md),
+            minus those Spark manages (``group.id``, ``auto.offset.reset``...).
         group: A subscriber group whose confirmed offsets become ``startingOffsets``
             (Spark's JSON); partitions it never confirmed start per the scheme.
         **options: Spark options by Spark's names (``startingOffsets``, ``endingOffsets``,
@@ -184,6 +168,7 @@ def kafka_options(
         InvalidInitialOffsetSchemeError: NONE without a group.
         OffsetLoadError: NONE with a group that confirmed nothing.
         TypeError: An option value is not a str, int, float or bool.
+        ValueError: A client certificate and its key in two files (Java reads one).
     """
     if not isinstance(stream, StreamConfig):
         raise TypeError("stream must be a StreamConfig")

@@ -65,6 +65,14 @@ def _fenced(err: KafkaError) -> bool:
     return err.code() == KafkaError._FATAL and "group.instance.id" in err.str()
 
 
+def _unreleased(err: KafkaError) -> bool:
+    """The consumer protocol's refusal of a member joining with an instance id another live
+    member holds (UNRELEASED_INSTANCE_ID, fatal to the newcomer in librdkafka)."""
+    if err.code() == KafkaError.UNRELEASED_INSTANCE_ID:
+        return True
+    return err.code() == KafkaError._FATAL and "instance ID is still used" in err.str()
+
+
 @dataclass(frozen=True)
 class Scope:
     """What a client works on, to name in the error.
@@ -105,11 +113,18 @@ def fatal_error(err: KafkaError, scope: Scope, record: Record | None = None) -> 
         )
     if code in AUTHENTICATION_CODES:
         return authentication_error(err, scope.topic, record)
-    if _fenced(err):
+    if _fenced(err) or _unreleased(err):
+        # Classic: the last to join takes the partitions; consumer protocol: it is refused.
+        ours = f"this {scope.role}'s group.instance.id {scope.instance_id!r}"
+        what = (
+            f"another live member of group {scope.group!r} holds {ours}, and the broker "
+            "refused this one"
+            if _unreleased(err)
+            else f"another member of group {scope.group!r} joined with {ours} and took its "
+            "partitions"
+        )
         return FencedInstanceError(
-            f"another member of group {scope.group!r} joined with this {scope.role}'s "
-            f"group.instance.id {scope.instance_id!r} and took its partitions ({said}): "
-            "give every live member a group.instance.id of its own",
+            f"{what} ({said}): give every live member a group.instance.id of its own",
             group=scope.group,
             instance_id=scope.instance_id,
             cause=err,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
+from bolide.facade._internal.fatal import AUTHENTICATION_CODES, authentication_error
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
-from bolide.facade.errors import BrokerError
+from bolide.facade.errors import AuthorizationError, BolideError, BrokerError
 from bolide.facade.kafka import admin_client
 from bolide.facade.kafka.features import broker_features
 
@@ -45,6 +46,8 @@ def configure_group(cluster: Cluster, config: SubscriberConfig) -> GroupSettings
     ``share_group_config``) and read back what the members need.
 
     Raises:
+        AuthorizationError: The user may not alter the group's settings.
+        AuthenticationError: The broker refused the client's credentials.
         ValueError: The broker refused a setting.
     """
     group = str(config.share_group)
@@ -66,8 +69,26 @@ def configure_group(cluster: Cluster, config: SubscriberConfig) -> GroupSettings
         [answer] = admin.describe_configs([described]).values()
         values = {name: entry.value for name, entry in answer.result(timeout=30).items()}
     except KafkaException as exc:
-        raise ValueError(f"share_group_config of {group!r}: {exc.args[0].str()}") from exc
+        raise _refusal(group, config.single.name, exc.args[0]) from exc
     return GroupSettings(
         delivery_limit=int(values.get("share.delivery.count.limit") or 5),
         lock_duration_ms=int(values.get("share.record.lock.duration.ms") or 30_000),
     )
+
+
+def _refusal(group: str, topic: str, err: KafkaError) -> BolideError | ValueError:
+    """What a refused setting of share group ``group`` raises: a missing ACL or refused
+    credentials as their typed errors, a setting the broker refused as a ``ValueError``."""
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return AuthorizationError(
+            f"the broker refused to set the settings of share group {group!r} ({err.str()}): "
+            f"a member sets them when it starts; grant the user ALTER_CONFIGS on group "
+            f"{group!r} (it includes DESCRIBE_CONFIGS), besides READ on it",
+            resource_type="group",
+            resource=group,
+            cause=err,
+            stream=topic,
+        )
+    if err.code() in AUTHENTICATION_CODES:
+        return authentication_error(err, topic)
+    return ValueError(f"share_group_config of {group!r}: {err.str()}")

@@ -34,6 +34,7 @@ __all__ = [
     "broker_setting",
     "client_backlog",
     "committed_offsets",
+    "delete_group",
     "ensure_topic",
     "forget_topic",
     "log_ends",
@@ -361,6 +362,26 @@ def committed_offsets(
         _COORDINATOR_BUSY,
         timeout_s,
     )
+
+
+def delete_group(cluster: Cluster, group_id: str, timeout_s: float = _TIMEOUT_S) -> None:
+    """Delete a consumer group (its committed offsets), asked again while its coordinator
+    moves or loads (a group the broker has not placed yet answers NOT_COORDINATOR for a
+    moment), until ``timeout_s`` has passed.
+
+    Raises:
+        KafkaException: Any other error (GROUP_ID_NOT_FOUND, a group with members, a missing
+            DELETE ACL...), or the coordinator still busy at the deadline.
+    """
+    admin = admin_client(cluster)
+
+    def ask(left: float) -> None:
+        request = min(left, 10.0)
+        admin.delete_consumer_groups([group_id], request_timeout=request)[group_id].result(
+            timeout=left
+        )
+
+    _ask_again(ask, _COORDINATOR_BUSY, timeout_s)
 
 
 def probe_consumer(cluster: Cluster, **extra: Any) -> Consumer:

@@ -16,6 +16,7 @@ from bolide.facade import (
     StreamConfig,
 )
 from bolide.spark import ConnectorNotFoundError, kafka_batch, kafka_options
+from bolide.spark._options import SourceOptions
 from bolide.spark.kafka import connector_coordinates, require_connector, starting_offsets_json
 
 from .conftest import publish, sample
@@ -41,16 +42,80 @@ def test_options_map_bootstrap_topic_and_passthrough_settings() -> None:
     assert opts["subscribe"] == "orders"
     assert opts["kafka.security.protocol"] == "SASL_SSL"
     assert opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
-    assert opts["kafka.sasl.username"] == "app"
     assert opts["kafka.socket.timeout.ms"] == "5000"
     assert "kafka.enable.auto.commit" not in opts
     assert "kafka.auto.offset.reset" not in opts
-    # Java clients need a JAAS line where librdkafka takes username/password.
+    # Java clients need a JAAS line where librdkafka takes username/password, which Java
+    # does not know.
     assert opts["kafka.sasl.jaas.config"] == (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
         'username="app" password="s3cret";'
     )
+    assert "kafka.sasl.username" not in opts and "kafka.sasl.password" not in opts
     assert all(isinstance(v, str) for v in opts.values())
+
+
+def test_tls_and_sasl_settings_become_the_java_clients() -> None:
+    cluster = Cluster(
+        "b:9093",
+        **{
+            "security.protocol": "sasl_ssl",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": 'we"ird\\user',
+            "sasl.password": "p",
+            "ssl.ca.location": "/etc/kafka/ca.pem",
+            "ssl.endpoint.identification.algorithm": "none",
+        },
+    )
+    opts = kafka_options(ORDERS, cluster)
+    assert opts["kafka.security.protocol"] == "SASL_SSL"
+    assert opts["kafka.sasl.mechanism"] == "PLAIN"
+    assert opts["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="we\\"ird\\\\user" password="p";'
+    )
+    assert opts["kafka.ssl.truststore.type"] == "PEM"
+    assert opts["kafka.ssl.truststore.location"] == "/etc/kafka/ca.pem"
+    assert opts["kafka.ssl.endpoint.identification.algorithm"] == ""
+    for librdkafka_only in ("ssl.ca.location", "sasl.mechanisms", "sasl.username"):
+        assert f"kafka.{librdkafka_only}" not in opts
+    # format("bolide") takes the same options and maps them back for librdkafka.
+    parsed = SourceOptions.parse(opts, batch=False)
+    assert parsed.cluster().settings == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": 'we"ird\\user',
+        "sasl.password": "p",
+        "ssl.ca.location": "/etc/kafka/ca.pem",
+        "ssl.endpoint.identification.algorithm": "none",
+    }
+
+
+def test_a_client_certificate_is_a_pem_key_store_in_one_file() -> None:
+    pem = {"ssl.certificate.location": "/c/me.pem", "ssl.key.location": "/c/me.pem"}
+    opts = kafka_options(ORDERS, Cluster("b:9093", **{"security.protocol": "SSL", **pem}))
+    assert (opts["kafka.ssl.keystore.type"], opts["kafka.ssl.keystore.location"]) == (
+        "PEM",
+        "/c/me.pem",
+    )
+    assert "kafka.ssl.key.location" not in opts
+    assert SourceOptions.parse(opts, batch=False).cluster().settings == {
+        "security.protocol": "SSL",
+        **pem,
+    }
+    apart = {"ssl.certificate.location": "/c/me.pem", "ssl.key.location": "/c/me.key"}
+    with pytest.raises(ValueError, match="one PEM file"):
+        kafka_options(ORDERS, Cluster("b:9093", **apart))
+
+
+def test_a_jaas_line_format_bolide_cannot_read_is_a_clear_error() -> None:
+    opts = {
+        "kafka.bootstrap.servers": "b:9093",
+        "subscribe": "orders",
+        "kafka.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;",
+    }
+    with pytest.raises(ValueError, match=r"kafka\.sasl\.username"):
+        SourceOptions.parse(opts, batch=False)
 
 
 def test_spark_options_pass_through_as_strings() -> None:
