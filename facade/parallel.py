@@ -382,12 +382,13 @@ class ParallelReceiver(Receiver):
     def _limit(self, targets: dict[int, int], offset: int | None) -> dict[int, int]:
         """What a confirm of the subscriber may move to while this receiver runs: never past
         a record still unfinished. A confirm of one ``offset`` (a handler confirming its own
-        record in its own transaction) counts that record as finished."""
+        record in its own transaction) counts that record as finished, and moves to the safe
+        point that gives (past the records finished above it: the frontier jumps)."""
         limited: dict[int, int] = {}
         for p, target in targets.items():
             safe = self._feed.safe(p, self._board.safe_point(p, offset))
             if safe is not None:
-                limited[p] = min(target, safe + 1)
+                limited[p] = safe + 1 if offset is not None else min(target, safe + 1)
         return limited
 
     def _confirm_safe(self, only: dict[int, int | None] | None = None) -> None:
