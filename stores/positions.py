@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError
 
-from bolide.facade.consumer.ledger import decode_finished, encode_finished
+from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.errors import NotAssignedError
 from bolide.facade.ports import now_ms
 from bolide.facade.support import Closing
@@ -248,8 +248,11 @@ def _write(
         where_ = f"{stream}[{partition}] positions of {group!r}"
         done = decode_finished(stored, text, where=where_) if stored >= 0 else set()
         done.update(finished.get(partition, ()))
-        position = max(int(stored), offset)
-        encoded = encode_finished(position, done)
+        # Concurrent handlers' sets add up here: the position jumps past what they finished.
+        ledger = Ledger(int(stored), done)
+        ledger.advance(offset)
+        position = ledger.frontier
+        encoded = encode_finished(position, ledger.finished)
         if encoded is None:
             log.warning("%s: finished set too large, left out (its records run again)", where_)
         conn.execute(

@@ -145,19 +145,27 @@ class Confirms:
     def finished(
         self, positions: dict[int, int], offset: int | None, partition: int
     ) -> dict[int, list[int]]:
-        """The records finished at or above each of ``positions`` (a confirm of one
-        ``offset`` of ``partition`` counted): written with them, so that the next owner skips
-        them. A record confirmed above the first unfinished one moves no position: its
-        partition's frontier is written again, with the record in its finished set."""
+        """The records finished above each of ``positions`` (a confirm of one ``offset`` of
+        ``partition`` counted): written with them, so that the next owner skips them.
+
+        ``positions`` is updated in place: each jumps past the finished records that follow
+        it without a gap (the frontier always moves), and a record confirmed above the first
+        unfinished one writes its partition's frontier again, the record in its finished set.
+        """
         state = self._state
         if offset is not None and partition not in positions and partition in state.assigned():
             frontier = state.frontier(partition)
             if 0 <= frontier <= offset:
                 positions[partition] = frontier
-        return {
-            p: state.finished_above(p, o, offset if p == partition else None)
-            for p, o in positions.items()
-        }
+        done: dict[int, list[int]] = {}
+        for p, o in positions.items():
+            above = state.finished_above(p, o, offset if p == partition else None)
+            skip = 0
+            while skip < len(above) and above[skip] == o + skip:
+                skip += 1
+            positions[p] = o + skip
+            done[p] = above[skip:]
+        return done
 
     def _refuse_revoked(self, unconfirmed: list[int]) -> None:
         """Raise for records read and not confirmed on partitions ``unconfirmed`` (not held)
