@@ -167,6 +167,18 @@ class Confirms:
             done[p] = above[skip:]
         return done
 
+    def note_finished(self, partition: int, offsets: Iterable[int]) -> None:
+        """Records of ``partition`` finished above its confirmed position (a parallel
+        receiver's handlers finish out of order): kept in its ledger, written with the next
+        position. With Kafka's group offsets the position is committed again now, with them
+        in its metadata, so that the next owner (after a rebalance) skips them."""
+        state = self._state
+        state.finish(partition, offsets)
+        if self._store is None and self._grouped and partition in state.assigned():
+            frontier = state.frontier(partition)
+            if frontier >= 0:
+                self.commit({partition: frontier})
+
     def _refuse_revoked(self, unconfirmed: list[int]) -> None:
         """Raise for records read and not confirmed on partitions ``unconfirmed`` (not held)
         or revoked since they were read; they are forgotten first, so it is raised once.

@@ -131,6 +131,14 @@ class PartitionState:
         if ledger is None or ledger.frontier < 0:
             self._ledgers[partition] = Ledger(offset, () if ledger is None else ledger.finished)
 
+    def finish(self, partition: int, offsets: Iterable[int]) -> None:
+        """``offsets`` of ``partition`` finished, above its confirmed position."""
+        if partition in self._assigned:
+            with self._ledger_lock:
+                ledger = self._ledgers.setdefault(partition, Ledger())
+                for offset in offsets:
+                    ledger.finish(offset)
+
     def settled(self, partition: int, position: int, finished: Iterable[int]) -> None:
         """``position`` and the ``finished`` records above it were written (committed)."""
         if partition in self._assigned:

@@ -4,6 +4,7 @@ a restart hands none of the finished records out again."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -14,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
 
+from benchmarks import bench_ledger, run_all
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -167,6 +169,19 @@ def test_a_restart_skips_the_records_finished_above_an_abandoned_head_in_kafka(
     assert _in_kafka(cluster, stream_factory(), _abandon_the_head) == [0, COUNT]
 
 
+def test_a_receiver_keeps_what_finished_above_a_held_head_for_the_next_owner(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """Handlers that confirm nothing themselves: the receiver's own confirms carry the
+    records finished above the head, so the member taking over runs only the head."""
+    stream = stream_factory()
+    publish_keyed(cluster, stream, COUNT, keys=COUNT)
+    config = _config(stream, fresh_group(), None)
+    with Subscriber(cluster, config) as sub:
+        _abandon_the_head(sub, HeldHead(lambda r: None))
+    assert _handled_after_restart(cluster, config) == [0, COUNT]
+
+
 def test_commit_metadata_of_another_client_is_ignored_with_a_warning(
     cluster: Cluster,
     stream_factory: Callable[..., StreamConfig],
@@ -187,3 +202,18 @@ def test_commit_metadata_of_another_client_is_ignored_with_a_warning(
         handled = _handled_after_restart(cluster, config)
     assert handled == list(range(3, COUNT + 1))
     assert "not written by bolide is ignored" in caplog.text
+
+
+@pytest.mark.slow
+def test_the_ledger_benchmark_runs(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    argv = ["--bootstrap", cluster.bootstrap_servers, "--quick", "--json"]
+    assert bench_ledger.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["benchmark"] == "ledger"
+    for store in ("Kafka group offsets", "SqlPositions (sqlite)", "SqlPositions (postgresql)"):
+        found = doc["data"][store]
+        assert found["frontier_only"] == 50, found  # every record above the head finished
+        assert found["ledger"] == 0 and found["metadata_bytes"] > 0, found
+    assert "ledger" in run_all.KNOWN and "ledger" in run_all.available()
