@@ -37,16 +37,19 @@ class Ledger:
     """One partition's frontier (the next offset to confirm, ``-1`` while none is known) and
     the finished offsets above it."""
 
-    __slots__ = ("finished", "frontier")
+    __slots__ = ("finished", "frontier", "high")
 
     def __init__(self, frontier: int = -1, finished: Iterable[int] = ()) -> None:
         self.frontier = frontier
         self.finished: set[int] = {o for o in finished if o >= frontier}
+        #: At least the highest offset ever finished: a reader below it may meet one.
+        self.high = max(self.finished, default=-1)
 
     def finish(self, offset: int) -> None:
         """``offset`` finished (its effects are committed)."""
         if offset >= self.frontier:
             self.finished.add(offset)
+            self.high = max(self.high, offset)
 
     def advance(self, position: int) -> None:
         """The position confirmed is ``position``: the frontier never moves back, and passes

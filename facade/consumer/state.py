@@ -114,22 +114,31 @@ class PartitionState:
         return ledger is not None and offset in ledger.finished
 
     def skipping(self) -> bool:
-        """Some partition has finished records above its frontier."""
-        return any(ledger.finished for ledger in self._ledgers.values())
+        """Some partition delivers next at or below a record finished already (it resumed
+        above the frontier, or read again from below): its records are checked one by one."""
+        nexts = self._next
+        with self._ledger_lock:  # handler threads add ledgers
+            return any(
+                ledger.finished and ledger.high >= nexts.get(p, -1)
+                for p, ledger in self._ledgers.items()
+            )
 
     # -- what it is told ---------------------------------------------------------------------
 
     def resumes(self, partition: int, position: int, finished: Iterable[int]) -> None:
         """``partition`` resumes from the confirmed ``position``, ``finished`` records above
         it (written with it) done already: they are skipped."""
-        self._ledgers[partition] = Ledger(position, finished)
+        with self._ledger_lock:
+            self._ledgers[partition] = Ledger(position, finished)
 
     def starts(self, partition: int, offset: int) -> None:
         """``partition`` is read from ``offset`` on, no confirmed position known: the
         frontier starts there."""
-        ledger = self._ledgers.get(partition)
-        if ledger is None or ledger.frontier < 0:
-            self._ledgers[partition] = Ledger(offset, () if ledger is None else ledger.finished)
+        with self._ledger_lock:
+            ledger = self._ledgers.get(partition)
+            if ledger is None or ledger.frontier < 0:
+                finished = () if ledger is None else ledger.finished
+                self._ledgers[partition] = Ledger(offset, finished)
 
     def finish(self, partition: int, offsets: Iterable[int]) -> None:
         """``offsets`` of ``partition`` finished, above its confirmed position."""
