@@ -2,8 +2,9 @@
 
 Hypothesis drives a parallel receiver on one stream: each record's handler succeeds, raises,
 or blocks until released (so that a close past its deadline abandons it); receivers are
-closed (at once, or after releasing what blocks) and attached again, and the subscriber is
-closed and opened again (a restart: its partitions go back to the group). Positions are kept
+closed (at once, or after releasing what blocks) and attached again, the subscriber gives its
+partition up and seeks it again (a revocation), and the subscriber is closed and opened again
+(a restart: its partitions go back to the group). Positions are kept
 either in the group's committed offsets (the receiver confirms by itself) or in SQL
 (``SqlPositions``: each handler writes its row and confirms its own record in one
 transaction). Checked after every step, for the partition:
@@ -131,14 +132,13 @@ class ReceiverMachine(RuleBasedStateMachine):
 
     def _handler(self, sub: Subscriber, gate: threading.Event) -> Any:
         store = self.store
-        generation = self.generation
 
         def handle(record: Record) -> None:
             offset = record.offset
             assert offset is not None
-            if offset in self.known[generation]:
-                with self.lock:
-                    self.rehandled.append((generation, offset))
+            with self.lock:
+                if offset in self.known[self.generation]:
+                    self.rehandled.append((self.generation, offset))
             outcome = self.outcome[offset]
             if outcome == "raise":
                 raise Bad(offset)
@@ -207,10 +207,24 @@ class ReceiverMachine(RuleBasedStateMachine):
             self.receiver = None
         assert self.sub is not None
         self.sub.close()
-        position, finished = self._stored()
-        self.generation += 1
-        self.known[self.generation] = set(range(position)) | finished
+        self._handed_over()
         self._open()
+
+    @precondition(lambda self: self.sub is not None)
+    @rule()
+    def revoke_and_regain(self) -> None:
+        """Give the partition up (as a rebalance takes it away) and seek it again."""
+        assert self.sub is not None
+        self.sub.deactivate()
+        self._handed_over()
+        self.sub.reactivate()
+
+    def _handed_over(self) -> None:
+        """The partition changed hands: what the store holds as finished must not run again."""
+        position, finished = self._stored()
+        with self.lock:
+            self.generation += 1
+            self.known[self.generation] = set(range(position)) | finished
 
     # -- what must hold ----------------------------------------------------------------------
 
