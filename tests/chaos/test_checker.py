@@ -167,6 +167,20 @@ def test_the_archive_must_equal_the_stream(tmp_path: Path) -> None:
     assert check_archive(archive, events, clean, topic)["stuck"] == 0
 
 
+def test_an_archived_value_acknowledged_without_its_offset_does_not_hold_the_drain(
+    tmp_path: Path,
+) -> None:
+    """A delivery report may carry no offset: the drain cannot place the value, and the
+    final check finds it in the stream by value."""
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "archive", [(0, 0)])
+    producer.add("publish", status="invoke", value="archive-1")
+    producer.add("publish", status="ok", value="archive-1", p=0, o=None)
+    producer.close()
+    events = _events(tmp_path, {"archive-1.1": [("archived", {"positions": {"0": 1}})]})
+    assert WORKLOADS["archive"].done(events) == {"archive-0", "archive-1"}
+
+
 def test_the_outbox_counts_rows_in_the_stream_by_commit_order(tmp_path: Path) -> None:
     outbox = WORKLOADS["outbox"]
     events = _events(
