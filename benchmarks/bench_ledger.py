@@ -60,20 +60,31 @@ class _Handler:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.handled: set[int] = set()
+        self.failed = 0  # a confirm refused (a busy database): the record runs again later
 
     def __call__(self, record: Record) -> None:
         offset = record.offset or 0
         if offset == 0 and not self.release.is_set():
             self.release.wait(_TIMEOUT_S)
             return  # abandoned: the next owner runs it
-        if self.confirm is not None:
-            self.confirm(record)
+        try:
+            if self.confirm is not None:
+                self.confirm(record)
+        except Exception:
+            with self.lock:
+                self.failed += 1
+            raise
         with self.lock:
             self.handled.add(offset)
 
     def count(self) -> int:
         with self.lock:
             return len(self.handled)
+
+    def settled(self, ahead: int) -> bool:
+        """Every record above the head handled or failed."""
+        with self.lock:
+            return len(self.handled) + self.failed >= ahead
 
 
 def _stored(cluster: Cluster, stream: str, group: str, store: SqlStore | None) -> tuple[int, str]:
@@ -125,9 +136,9 @@ def run_once(cluster: Cluster, ahead: int, store: SqlStore | None) -> dict[str, 
 
     def all_committed() -> bool:
         position, text = _stored(cluster, stream.name, group, store)
-        return len(decode_finished(position, text, where=NAME)) >= ahead
+        return len(decode_finished(position, text, where=NAME)) >= handler.count()
 
-    wait_until(lambda: handler.count() == ahead, f"{NAME}: the records above the head", 300)
+    wait_until(lambda: handler.settled(ahead), f"{NAME}: the records above the head", 300)
     wait_until(all_committed, f"{NAME}: the finished set committed", 300)
     position, text = _stored(cluster, stream.name, group, store)
     above = len(decode_finished(position, text, where=NAME))
@@ -148,6 +159,7 @@ def run_once(cluster: Cluster, ahead: int, store: SqlStore | None) -> dict[str, 
         "frontier_only": above,
         "ledger": len(again.handled & handler.handled),
         "metadata_bytes": len(text.encode()),
+        "refused": handler.failed,
     }
 
 
