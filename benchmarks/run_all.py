@@ -44,6 +44,7 @@ KNOWN = (
     "telemetry",
     "aio",
     "rebalance",
+    "ledger",
 )
 
 _HERE = Path(__file__).resolve().parent

@@ -202,6 +202,7 @@ class ParallelReceiver(Receiver):
         # confirmed in its transactions (``metrics().safe`` says how far is finished).
         self._confirm = auto_confirm and host.grouped and host.config.positions is None
         self._confirmed: dict[int, int] = {}
+        self._noted: dict[int, set[int]] = {}  # finished above the safe point, kept already
         self._confirm_lock = threading.Lock()
         self._revoke_wait_s = host.config.lease_timeout_ms / 2000
         self._deadline = math.inf  # of close: in-flight work left after it is abandoned
@@ -382,28 +383,35 @@ class ParallelReceiver(Receiver):
     def _limit(self, targets: dict[int, int], offset: int | None) -> dict[int, int]:
         """What a confirm of the subscriber may move to while this receiver runs: never past
         a record still unfinished. A confirm of one ``offset`` (a handler confirming its own
-        record in its own transaction) counts that record as finished."""
+        record in its own transaction) counts that record as finished, and moves to the safe
+        point that gives (past the records finished above it: the frontier jumps)."""
         limited: dict[int, int] = {}
         for p, target in targets.items():
             safe = self._feed.safe(p, self._board.safe_point(p, offset))
             if safe is not None:
-                limited[p] = min(target, safe + 1)
+                limited[p] = safe + 1 if offset is not None else min(target, safe + 1)
         return limited
 
-    def _confirm_safe(self, only: dict[int, int | None] | None = None) -> None:
-        """Confirm each partition's safe offset (or ``only``'s) if it moved."""
+    def _confirm_safe(
+        self, only: dict[int, int | None] | None = None, done: dict[int, set[int]] | None = None
+    ) -> None:
+        """Confirm each partition's safe offset (or ``only``'s) if it moved, after keeping
+        the records finished above it (``done``, else the board's) with its position."""
         sub = self._host
         with self._confirm_lock:
             if only is None:
                 with self._board.lock:
-                    only = {p: t.safe() for p, t in self._board.tracks.items()}
+                    tracks = self._board.tracks.items()
+                    only = {p: t.safe() for p, t in tracks}
+                    done = {p: set(t.done) for p, t in tracks}
                 only = {p: self._feed.safe(p, s) for p, s in only.items()}
             held = sub.assigned()
             for partition, safe in only.items():
-                if safe is None or safe <= self._confirmed.get(partition, -1):
-                    continue
                 if partition not in held:
                     continue  # given up meanwhile (a deactivate from another thread)
+                self._note(partition, safe, (done or {}).get(partition, set()))
+                if safe is None or safe <= self._confirmed.get(partition, -1):
+                    continue
                 try:
                     sub.confirm_finished(safe, partition)
                 except ValueError:
@@ -411,6 +419,21 @@ class ParallelReceiver(Receiver):
                 except IllegalSubscriberStateError:
                     return  # closed or deactivated
                 self._confirmed[partition] = safe
+
+    def _note(self, partition: int, safe: int | None, done: set[int]) -> None:
+        """Keep the records of ``partition`` finished above ``safe`` that are not kept yet
+        (``_confirm_lock`` held)."""
+        noted = self._noted.setdefault(partition, set())
+        if safe is not None:
+            noted.difference_update([o for o in noted if o <= safe])
+        fresh = done - noted
+        if not fresh:
+            return
+        try:
+            self._host.note_finished(partition, fresh)
+        except IllegalSubscriberStateError:
+            return  # closed or deactivated
+        noted |= fresh
 
     def _on_revoke(self, partitions: list[int], lost: bool) -> None:
         """The subscriber gives ``partitions`` up (``lost``: another member may own them)."""
@@ -433,7 +456,9 @@ class ParallelReceiver(Receiver):
                 board.wait_idle(track, max(0.0, deadline - time.monotonic()))
             if self._confirm:
                 final = {t.partition: feed.bound(t.partition, t.safe(), held) for t in tracks}
-                self._confirm_safe(final)  # synchronous: the partitions are still owned
+                with board.lock:
+                    done = {t.partition: set(t.done) for t in tracks}
+                self._confirm_safe(final, done)  # synchronous: the partitions are still owned
         for track in tracks:
             board.settle(track)
         if self._tiers is not None:  # after the board: no worker shelves on them any more
@@ -441,6 +466,7 @@ class ParallelReceiver(Receiver):
         with self._confirm_lock:
             for p in partitions:
                 self._confirmed.pop(p, None)
+                self._noted.pop(p, None)
 
     # -- public ------------------------------------------------------------------------------
 

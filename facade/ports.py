@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -363,14 +363,21 @@ class PositionStore(Protocol):
         *,
         owners: Mapping[int, str],
         on_commit: Callable[[], None],
+        finished: Mapping[int, Collection[int]] | None = None,
     ) -> None:
         """Write ``positions`` (each only forward) through ``conn``, the application's open
-        transaction; ``on_commit`` runs once that transaction has committed.
+        transaction, with the records ``finished`` above each (added to those stored);
+        ``on_commit`` runs once that transaction has committed.
 
         Raises:
             NotAssignedError: A partition is claimed by another owner than ``owners`` names:
                 the application's transaction must roll back.
         """
+        ...
+
+    def finished(self, group: str, stream: str, partitions: Sequence[int]) -> dict[int, str]:
+        """The finished sets written with the positions of ``partitions`` (encoded); a
+        partition without one is left out."""
         ...
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
@@ -109,6 +109,11 @@ class ReceiverHost(StreamReader, Protocol):
             ValueError: The partition was repositioned: the offset is no longer this reader's.
             IllegalSubscriberStateError: The subscriber is closed or deactivated.
         """
+        ...
+
+    def note_finished(self, partition: int, offsets: Iterable[int]) -> None:
+        """Records of ``partition`` finished above its safe point (handlers finish out of
+        order): kept with its position, so that its next owner skips them."""
         ...
 
     def rewind(self, offsets: Mapping[int, int]) -> None:

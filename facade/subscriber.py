@@ -362,11 +362,12 @@ class Subscriber(Closing):
         deactivated = self._fetcher.deactivated
         positions = self._confirms.targets(offset, p, deactivated=deactivated, read=read)
         positions = limit(positions, offset) if limit is not None and positions else positions
+        finished = self._confirms.finished(positions, offset, p)
         if not positions:
             return
         if TELEMETRY is not None:
             TELEMETRY.confirmed(self, positions)
-        self._confirms.confirm(positions, conn)
+        self._confirms.confirm(positions, conn, finished)
 
     def transaction_sources(self) -> list[OffsetSource]:
         """What ``Publisher.confirm(subscriber)`` sends with its transaction, one source per

@@ -13,14 +13,16 @@ twice. Writes never move a position back.
 
 from __future__ import annotations
 
+import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError
 
+from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.errors import NotAssignedError
 from bolide.facade.ports import now_ms
 from bolide.facade.support import Closing
@@ -30,6 +32,8 @@ from bolide.stores.schema import POSITIONS
 from bolide.stores.store import SqlStore
 
 __all__ = ["SqlPositions"]
+
+log = logging.getLogger("bolide.stores.positions")
 
 
 class _Waiting:
@@ -47,7 +51,7 @@ _waiting: weakref.WeakKeyDictionary[Connection, _Waiting] = weakref.WeakKeyDicti
 
 
 class SqlPositions(Closing):
-    """Subscriber positions in SQL (table ``bolide_positions``, revisions ``0004``, ``0006``).
+    """Subscriber positions in SQL (``bolide_positions``, revisions ``0004``, ``0006``, ``0010``).
 
     Args:
         store_or_url: A ``SqlStore`` (its engine is shared, and left open by ``close``) or a
@@ -127,8 +131,11 @@ class SqlPositions(Closing):
         *,
         owners: Mapping[int, str],
         on_commit: Callable[[], None],
+        finished: Mapping[int, Collection[int]] | None = None,
     ) -> None:
         """Write ``positions`` through ``conn`` in its open transaction; none moves back.
+        The records ``finished`` above each join those the row holds (encoded, bolide's
+        ``bolide.facade.consumer.ledger``; left out when too large: they run again).
 
         ``on_commit`` runs once the transaction has committed (not when a savepoint holding
         the write was rolled back meanwhile).
@@ -145,8 +152,30 @@ class SqlPositions(Closing):
                 f"(store.engine.begin()), not {type(conn).__name__}"
             )
         self.store.check_schema_once()
-        self.store.guarded("save positions", lambda: _write(conn, group, stream, positions, owners))
+        self.store.guarded(
+            "save positions", lambda: _write(conn, group, stream, positions, owners, finished or {})
+        )
         _when_committed(conn, on_commit)
+
+    def finished(self, group: str, stream: str, partitions: Sequence[int]) -> dict[int, str]:
+        """The finished sets (encoded) stored above the positions of ``partitions``; a
+        partition without one is left out.
+
+        Raises:
+            StoreError: The database failed, or its schema is behind (``bolide db upgrade``).
+        """
+        wanted = [check_int("partition", p) for p in partitions]
+        c = POSITIONS.c
+        query = sa.select(c.kafka_partition, c.finished).where(
+            c.group_id == group, c.stream == stream, c.kafka_partition.in_(wanted)
+        )
+
+        def fetch() -> dict[int, str]:
+            with self.store.engine.connect() as conn:
+                return {int(p): str(f) for p, f in conn.execute(query) if f}
+
+        self.store.check_schema_once()
+        return self.store.guarded("load finished records", fetch, stream=stream)
 
     # -- inspection and lifetime -----------------------------------------------------------
 
@@ -195,30 +224,40 @@ def _write(
     stream: str,
     positions: Mapping[int, int],
     owners: Mapping[int, str],
+    finished: Mapping[int, Collection[int]],
 ) -> None:
     c = POSITIONS.c
     now = now_ms()
     for partition, offset in sorted(positions.items()):
-        result = conn.execute(
-            POSITIONS.update()
-            .where(
-                c.group_id == group,
-                c.stream == stream,
-                c.kafka_partition == partition,
-                c.owner == owners.get(partition),
-            )
-            .values(
-                next_offset=sa.case((c.next_offset < offset, offset), else_=c.next_offset),
-                updated_ms=now,
-            )
+        where = (
+            c.group_id == group,
+            c.stream == stream,
+            c.kafka_partition == partition,
+            c.owner == owners.get(partition),
         )
-        if result.rowcount != 1:
+        # Locks the row first: the finished set read next is the last one committed, and
+        # concurrent handlers' sets add up instead of replacing each other.
+        if conn.execute(POSITIONS.update().where(*where).values(updated_ms=now)).rowcount != 1:
             raise NotAssignedError(
                 f"{stream}[{partition}] of {group!r} is claimed by another subscriber (it took "
                 "the partition over): this one may no longer write its position; roll back",
                 stream=stream,
                 partition=partition,
             )
+        stored, text = conn.execute(sa.select(c.next_offset, c.finished).where(*where)).one()
+        where_ = f"{stream}[{partition}] positions of {group!r}"
+        done = decode_finished(stored, text, where=where_) if stored >= 0 else set()
+        done.update(finished.get(partition, ()))
+        # Concurrent handlers' sets add up here: the position jumps past what they finished.
+        ledger = Ledger(int(stored), done)
+        ledger.advance(offset)
+        position = ledger.frontier
+        encoded = encode_finished(position, ledger.finished)
+        if encoded is None:
+            log.warning("%s: finished set too large, left out (its records run again)", where_)
+        conn.execute(
+            POSITIONS.update().where(*where).values(next_offset=position, finished=encoded or None)
+        )
 
 
 def _when_committed(conn: Connection, hook: Callable[[], None]) -> None:

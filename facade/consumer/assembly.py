@@ -122,6 +122,7 @@ class Parts:
             lock=lock,
             report=report,
             confirm=confirm,
+            note_finished=self.confirms.note_finished,
             rewind=rewind,
             hooks=self.receiver_hooks,
             durable=self.durable,

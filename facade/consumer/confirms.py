@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
+from bolide.facade.consumer.ledger import decode_finished, encode_finished
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
@@ -74,6 +75,8 @@ class Confirms:
         self._stored: dict[int, int] = {}
         self._instance = uuid.uuid4().hex[:16]
         self._claims = itertools.count(1)
+        #: Finished sets left out of a write because their encoding did not fit.
+        self.overflows = 0
 
     @property
     def keeps_positions(self) -> bool:
@@ -139,6 +142,43 @@ class Confirms:
             )
         return {p: o + 1 for p, o in targets.items() if p in assigned}
 
+    def finished(
+        self, positions: dict[int, int], offset: int | None, partition: int
+    ) -> dict[int, list[int]]:
+        """The records finished above each of ``positions`` (a confirm of one ``offset`` of
+        ``partition`` counted): written with them, so that the next owner skips them.
+
+        ``positions`` is updated in place: each jumps past the finished records that follow
+        it without a gap (the frontier always moves), and a record confirmed above the first
+        unfinished one writes its partition's frontier again, the record in its finished set.
+        """
+        state = self._state
+        if offset is not None and partition not in positions and partition in state.assigned():
+            frontier = state.frontier(partition)
+            if 0 <= frontier <= offset:
+                positions[partition] = frontier
+        done: dict[int, list[int]] = {}
+        for p, o in positions.items():
+            above = state.finished_above(p, o, offset if p == partition else None)
+            skip = 0
+            while skip < len(above) and above[skip] == o + skip:
+                skip += 1
+            positions[p] = o + skip
+            done[p] = above[skip:]
+        return done
+
+    def note_finished(self, partition: int, offsets: Iterable[int]) -> None:
+        """Records of ``partition`` finished above its confirmed position (a parallel
+        receiver's handlers finish out of order): kept in its ledger, written with the next
+        position. With Kafka's group offsets the position is committed again now, with them
+        in its metadata, so that the next owner (after a rebalance) skips them."""
+        state = self._state
+        state.finish(partition, offsets)
+        if self._store is None and self._grouped and partition in state.assigned():
+            frontier = state.frontier(partition)
+            if frontier >= 0:
+                self.commit({partition: frontier})
+
     def _refuse_revoked(self, unconfirmed: list[int]) -> None:
         """Raise for records read and not confirmed on partitions ``unconfirmed`` (not held)
         or revoked since they were read; they are forgotten first, so it is raised once.
@@ -158,16 +198,20 @@ class Confirms:
             partition=revoked[0],
         )
 
-    def confirm(self, positions: dict[int, int], conn: Any) -> None:
-        """Write ``positions``: through ``conn`` into the store, else to the consumer group.
+    def confirm(
+        self, positions: dict[int, int], conn: Any, finished: Mapping[int, list[int]] | None = None
+    ) -> None:
+        """Write ``positions`` (with the records ``finished`` above them): through ``conn``
+        into the store, else to the consumer group.
 
         Raises:
             IllegalSubscriberStateError: ``conn`` is missing while the positions live in the
                 application's database (Kafka's offsets are never read back there), or given
                 without a store; or the consumer is closed.
         """
+        finished = finished or {}
         if conn is not None:
-            self.save(conn, positions)
+            self.save(conn, positions, finished)
         elif self._store is not None:
             raise IllegalSubscriberStateError(
                 "this subscriber keeps its positions in the application's database: confirm "
@@ -175,19 +219,29 @@ class Confirms:
                 stream=self._topic,
             )
         else:
-            self.commit(positions)
+            self.commit(positions, finished=finished)
 
     # -- Kafka's group offsets ---------------------------------------------------------------
 
-    def commit(self, positions: dict[int, int], *, note: bool = True) -> None:
-        """Commit ``positions`` to the consumer group: asynchronously, or synchronously while
-        revoking (then a failure is reported). ``note`` remembers them as confirmed.
+    def commit(
+        self,
+        positions: dict[int, int],
+        *,
+        note: bool = True,
+        finished: Mapping[int, list[int]] | None = None,
+    ) -> None:
+        """Commit ``positions`` to the consumer group, the records ``finished`` above them in
+        the commit's metadata: asynchronously, or synchronously while revoking (then a
+        failure is reported). ``note`` remembers them as confirmed.
 
         Raises:
             IllegalSubscriberStateError: The consumer is closed.
         """
+        finished = finished or {}
         if note:
             self._state.note_confirmed(positions)
+            for p, o in positions.items():
+                self._state.settled(p, o, finished.get(p, ()))
         commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
         if not self.revoking and self._consumer_lock is not None:
             with self._lock:
@@ -213,6 +267,19 @@ class Confirms:
                         del self._sent[tp.partition]
                 self._report(f"confirm failed on {self._topic} while revoking", exc)
 
+    def _metadata(self, partition: int, position: int) -> str:
+        """The commit metadata of ``position``: the finished set above it, encoded (empty
+        without one, or when it does not fit: those records run again, counted in
+        ``overflows``). Read when the commit is sent: it holds every completion settled."""
+        finished = self._state.finished_above(partition, position)
+        if not finished:
+            return ""
+        text = encode_finished(position, finished)
+        if text is None:
+            self.overflows += 1
+            return ""
+        return text
+
     def _send(self, commits: list[TopicPartition]) -> None:
         """An asynchronous commit of what no later commit has passed (a commit handed over
         may run after one sent directly), unless the consumer closed meanwhile."""
@@ -224,16 +291,26 @@ class Confirms:
     def _fresh(self, commits: list[TopicPartition]) -> list[TopicPartition]:
         """``commits`` above what was committed before; noted as committed (lock held)."""
         sent = self._sent
-        fresh = [tp for tp in commits if tp.offset > sent.get(tp.partition, -1)]
-        for tp in fresh:
-            sent[tp.partition] = tp.offset
+        # The same position goes out again with a finished set (its metadata).
+        fresh = []
+        for tp in commits:
+            metadata = self._metadata(tp.partition, tp.offset)
+            if tp.offset > sent.get(tp.partition, -1) or (
+                metadata and tp.offset == sent.get(tp.partition)
+            ):
+                sent[tp.partition] = tp.offset
+                fresh.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=metadata))
         return fresh
 
     def committed(self, parts: list[int]) -> dict[int, int]:
         """Where ``parts`` resume: the store's positions (claimed for this assignment),
         else the group's committed offsets (negative where there is none)."""
         if self._store is None:
-            return self._positions.committed(parts)
+            found = self._positions.committed_with_metadata(parts)
+            where = f"{self._topic} committed offsets"
+            for p, (o, text) in found.items():
+                self._state.resumes(p, o, decode_finished(o, text, where=where) if o >= 0 else ())
+            return {p: o for p, (o, _) in found.items()}
         return self.stored(parts, claim=True)
 
     def close(self) -> None:
@@ -271,7 +348,10 @@ class Confirms:
             if self._closed:
                 raise IllegalSubscriberStateError("subscriber is closed", stream=self._topic)
             metadata = self._consumer.consumer_group_metadata()
-        offsets = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
+        offsets = [
+            TopicPartition(self._topic, p, o, metadata=self._metadata(p, o))
+            for p, o in positions.items()
+        ]
         return offsets, metadata, lambda: self._state.note_confirmed(positions)
 
     # -- the application's database ----------------------------------------------------------
@@ -290,13 +370,16 @@ class Confirms:
                 self._owners.pop(p, None)
         owner = f"{self._instance}-{next(self._claims)}"
         found = self._store.claim(self.group, self._topic, parts, owner)
+        texts = self._store.finished(self.group, self._topic, parts)
         with self._lock:
             for p in parts:
                 self._owners[p] = owner
-                self._stored[p] = found.get(p, -1)
+                self._stored[p] = o = found.get(p, -1)
+                finished = decode_finished(o, texts.get(p), where=f"{self._topic} positions")
+                self._state.resumes(p, o, finished if o >= 0 else ())
         return {p: found.get(p, -1) for p in parts}
 
-    def save(self, conn: Any, positions: dict[int, int]) -> None:
+    def save(self, conn: Any, positions: dict[int, int], finished: Mapping[int, list[int]]) -> None:
         """Write ``positions`` in the application's transaction on ``conn`` (a position never
         moves back); once it commits, commit them to the consumer group too
         (asynchronously: for lag tools only).
@@ -313,7 +396,13 @@ class Confirms:
                 stream=self._topic,
             )
         with self._lock:
-            changed = {p: o for p, o in positions.items() if o > self._stored.get(p, -1)}
+            stored = self._stored
+            # The same position again, when records above it finished (its finished set).
+            changed = {
+                p: o
+                for p, o in positions.items()
+                if o > stored.get(p, -1) or (o == stored.get(p) and finished.get(p))
+            }
             if not changed:
                 return
             owners = {p: self._owners[p] for p in changed if p in self._owners}
@@ -326,11 +415,15 @@ class Confirms:
                 partition=unclaimed[0],
             )
 
+        done = {p: finished[p] for p in changed if finished.get(p)}
+
         def committed() -> None:
             with self._lock:
                 for p, o in changed.items():
                     if self._owners.get(p) == owners[p] and o > self._stored.get(p, -1):
                         self._stored[p] = o
+                    if self._owners.get(p) == owners[p]:
+                        self._state.settled(p, o, done.get(p, ()))
             if not self._grouped:
                 return  # an ungrouped subscriber's consumer group is its own, and throwaway
             try:
@@ -338,4 +431,6 @@ class Confirms:
             except Exception as exc:
                 self._report(f"commit to Kafka after the database on {self._topic} failed", exc)
 
-        store.save(conn, group, self._topic, changed, owners=owners, on_commit=committed)
+        store.save(
+            conn, group, self._topic, changed, owners=owners, on_commit=committed, finished=done
+        )

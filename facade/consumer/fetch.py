@@ -315,7 +315,8 @@ class Fetcher:
         the pending queue (``_accept``). Runs of a partition keep the expected offset in a
         local and write the positions (``_end_run``) once, before anything reads them. Each
         message delivered is dropped from ``msgs`` at once: the collector never finds it."""
-        if self._decoder is not None or self._positions.holds.holding("user"):
+        state = self._state
+        if self._decoder is not None or state.holds.holding("user") or state.skipping():
             self.pending.extend(msgs)
             return
         fetched, durable = self._gaps.expected, self._durable
@@ -420,6 +421,9 @@ class Fetcher:
         partition = record.partition if record.partition is not None else 0
         if partition not in self._assigned:
             return None
+        if record.offset is not None and self._state.skips(partition, record.offset):
+            self._state.delivered(partition, record.offset + 1)
+            return None  # finished by an earlier owner: its confirm says so
         failure = self._decoder.decode(record) if self._decoder is not None else None
         if self._durable is not None and not self._durable.admit(record):
             return None  # a live record held back until the durable replay is over

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
@@ -139,6 +139,7 @@ class ReceiverSeat:
         lock: Its lock, held around every call on the consumer.
         report: Its error handler.
         confirm: ``fn(offset, partition)``: confirm, not bounded by the receiver's limit.
+        note_finished: ``fn(partition, offsets)``: records finished above the safe point.
         rewind: ``fn(offsets)``: read partitions again from ``offsets``.
         hooks: Where the receiver's revoke listener and confirm limit go.
         durable: A durable client's session, else ``None``.
@@ -153,6 +154,7 @@ class ReceiverSeat:
         lock: HookLock,
         report: Report,
         confirm: Callable[[int, int], None],
+        note_finished: Callable[[int, Iterable[int]], None],
         rewind: Callable[[Mapping[int, int]], None],
         hooks: ReceiverHooks,
         durable: DurableSession | None,
@@ -172,6 +174,7 @@ class ReceiverSeat:
         self._lock = lock
         self.report = report
         self.confirm_finished = confirm
+        self.note_finished = note_finished
         self.rewind = rewind
         self._hooks = hooks
         self._durable = durable

@@ -135,6 +135,7 @@ class Positions:
                 offset = start
             spliced = self.history.position(partition)
             self.state.delivered(partition, spliced if spliced is not None else offset)
+            self.state.starts(partition, spliced if spliced is not None else offset)
             self.gaps.expected[partition] = offset
             tp = TopicPartition(self.topic, partition, offset)
             assignment.append(tp)
@@ -151,8 +152,14 @@ class Positions:
 
     def committed(self, parts: list[int]) -> dict[int, int]:
         """The group's committed offsets of ``parts`` (negative where it has none)."""
+        return {p: o for p, (o, _) in self.committed_with_metadata(parts).items()}
+
+    def committed_with_metadata(self, parts: list[int]) -> dict[int, tuple[int, str | None]]:
+        """The group's committed offsets of ``parts`` (negative where it has none), each with
+        its commit's metadata."""
         request = [TopicPartition(self.topic, p) for p in parts]
-        return {tp.partition: tp.offset for tp in committed_offsets(self._consumer, request)}
+        found = committed_offsets(self._consumer, request)
+        return {tp.partition: (tp.offset, tp.metadata) for tp in found}
 
     def resume(self, parts: list[int], committed: dict[int, int]) -> None:
         """Assign ``parts`` gained in a rebalance, from ``committed`` or the initial scheme."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
@@ -24,6 +25,7 @@ from types import MappingProxyType
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bolide.facade.consumer.holds import Holds
+from bolide.facade.consumer.ledger import Ledger
 
 __all__ = ["GroupState", "ManualState", "PartitionState"]
 
@@ -62,6 +64,10 @@ class PartitionState:
         self._epochs = itertools.count(1)
         self._epoch: dict[int, int] = {p: next(self._epochs) for p in self._assigned}
         self._read_in: dict[int, int] = {}
+        # Per partition held: the confirmed frontier and the records finished above it.
+        # Confirms from handler threads record completions: one lock keeps none from being lost.
+        self._ledgers: dict[int, Ledger] = {}
+        self._ledger_lock = threading.Lock()
         self.holds = Holds(self._pause, self._resume)
         self._views = (
             MappingProxyType(self._next),
@@ -87,7 +93,69 @@ class PartitionState:
         """The highest position (next offset) this member confirmed, per partition."""
         return self._views[2]
 
+    def finished_above(self, partition: int, position: int, also: int | None = None) -> list[int]:
+        """The records of ``partition`` finished at or above ``position`` (``also`` counted):
+        what is written with that position so that the next owner skips them."""
+        with self._ledger_lock:
+            ledger = self._ledgers.get(partition)
+            if ledger is None:
+                return [] if also is None or also < position else [also]
+            return ledger.above(position, also)
+
+    def frontier(self, partition: int) -> int:
+        """The confirmed position ``partition`` resumed from or moved to (``-1``: unknown)."""
+        ledger = self._ledgers.get(partition)
+        return -1 if ledger is None else ledger.frontier
+
+    def skips(self, partition: int, offset: int) -> bool:
+        """``offset`` of ``partition`` finished already (a confirmed finished set says so):
+        it is not handed out again."""
+        ledger = self._ledgers.get(partition)
+        return ledger is not None and offset in ledger.finished
+
+    def skipping(self) -> bool:
+        """Some partition delivers next at or below a record finished already (it resumed
+        above the frontier, or read again from below): its records are checked one by one."""
+        nexts = self._next
+        with self._ledger_lock:  # handler threads add ledgers
+            return any(
+                ledger.finished and ledger.high >= nexts.get(p, -1)
+                for p, ledger in self._ledgers.items()
+            )
+
     # -- what it is told ---------------------------------------------------------------------
+
+    def resumes(self, partition: int, position: int, finished: Iterable[int]) -> None:
+        """``partition`` resumes from the confirmed ``position``, ``finished`` records above
+        it (written with it) done already: they are skipped."""
+        with self._ledger_lock:
+            self._ledgers[partition] = Ledger(position, finished)
+
+    def starts(self, partition: int, offset: int) -> None:
+        """``partition`` is read from ``offset`` on, no confirmed position known: the
+        frontier starts there."""
+        with self._ledger_lock:
+            ledger = self._ledgers.get(partition)
+            if ledger is None or ledger.frontier < 0:
+                finished = () if ledger is None else ledger.finished
+                self._ledgers[partition] = Ledger(offset, finished)
+
+    def finish(self, partition: int, offsets: Iterable[int]) -> None:
+        """``offsets`` of ``partition`` finished, above its confirmed position."""
+        if partition in self._assigned:
+            with self._ledger_lock:
+                ledger = self._ledgers.setdefault(partition, Ledger())
+                for offset in offsets:
+                    ledger.finish(offset)
+
+    def settled(self, partition: int, position: int, finished: Iterable[int]) -> None:
+        """``position`` and the ``finished`` records above it were written (committed)."""
+        if partition in self._assigned:
+            with self._ledger_lock:
+                ledger = self._ledgers.setdefault(partition, Ledger())
+                for offset in finished:
+                    ledger.finish(offset)
+                ledger.advance(position)
 
     def delivered(self, partition: int, next_offset: int) -> None:
         """``partition`` delivers from ``next_offset`` on."""
@@ -140,6 +208,9 @@ class PartitionState:
         """Remember positions this member confirmed (a rebalance never resumes below them)."""
         for p, o in positions.items():
             self._confirmed[p] = max(o, self._confirmed.get(p, o))
+            if p in self._ledgers:
+                with self._ledger_lock:
+                    self._ledgers[p].advance(o)
             if o > self._last_read.get(p, -1):
                 self._read_in.pop(p, None)  # all it read is confirmed
 
@@ -161,6 +232,7 @@ class PartitionState:
         self._assigned -= parts
         for p in held:
             self._epoch.pop(p, None)
+            self._ledgers.pop(p, None)
         self.holds.drop(parts)
         return held
 

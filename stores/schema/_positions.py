@@ -1,4 +1,4 @@
-"""The positions table as a SQLAlchemy Core object (revisions ``0004`` and ``0006``).
+"""The positions table as a SQLAlchemy Core object (revisions ``0004``, ``0006``, ``0010``).
 
 It lives on the schema's one ``metadata`` so that ``alembic check`` compares it too.
 """
@@ -23,5 +23,8 @@ POSITIONS = sa.Table(
     sa.Column("updated_ms", sa.BigInteger, nullable=False),
     # The subscriber (and assignment) that may write the row: the last to claim it (0006).
     sa.Column("owner", sa.String(64), nullable=True),
+    # The records finished above ``next_offset``, in bolide's encoding: skipped on resuming
+    # (0010; ``bolide.facade.consumer.ledger``).
+    sa.Column("finished", sa.Text, nullable=True),
     sa.PrimaryKeyConstraint("group_id", "stream", "kafka_partition", name="pk_bolide_positions"),
 )

@@ -2,14 +2,20 @@
 
 Hypothesis drives a parallel receiver on one stream: each record's handler succeeds, raises,
 or blocks until released (so that a close past its deadline abandons it); receivers are
-closed (at once, or after releasing what blocks) and attached again, and the subscriber is
-closed and opened again (a restart: its partitions go back to the group). Positions are kept
+closed (at once, or after releasing what blocks) and attached again, the subscriber gives its
+partition up and seeks it again (a revocation), and the subscriber is closed and opened again
+(a restart: its partitions go back to the group). Positions are kept
 either in the group's committed offsets (the receiver confirms by itself) or in SQL
 (``SqlPositions``: each handler writes its row and confirms its own record in one
 transaction). Checked after every step, for the partition:
 
 - the committed position never passes a record that is not finished (handled, or failed and
   reported): position <= lowest unfinished offset;
+- the stored position never moves back;
+- with SQL: every record whose row is committed is below the stored position or in the
+  finished set stored with it (the row and the confirm commit together);
+- after a restart, no record the store holds as finished (below the position, or in the
+  finished set above it) is handed to a handler again;
 
 and at the end, once everything is released and a last receiver has run: every record was
 finished at least once (nothing lost) and the position reaches the end.
@@ -23,6 +29,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -43,8 +50,11 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from bolide.facade.consumer.ledger import decode_finished
+from bolide.facade.kafka import probe_consumer
 from bolide.facade.receiver import Receiver
 from bolide.stores import SqlPositions, SqlStore
+from bolide.stores.schema import POSITIONS
 from tests.conftest import DATABASES, eventually, upgraded_db_url
 
 pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
@@ -74,6 +84,10 @@ class ReceiverMachine(RuleBasedStateMachine):
         self.finished: set[int] = set()  # handled, or failed and reported
         self.gates: list[threading.Event] = []  # one per receiver: slow handlers wait on it
         self.outcome: dict[int, str] = {}
+        self.high = 0  # the highest stored position seen
+        self.generation = 0  # one per subscriber opened
+        self.known: dict[int, set[int]] = {0: set()}  # finished in store when it opened
+        self.rehandled: list[tuple[int, int]] = []  # (generation, offset) handed again
 
     @initialize(
         outcomes=st.lists(st.sampled_from(OUTCOMES), min_size=RECORDS, max_size=RECORDS),
@@ -122,6 +136,9 @@ class ReceiverMachine(RuleBasedStateMachine):
         def handle(record: Record) -> None:
             offset = record.offset
             assert offset is not None
+            with self.lock:
+                if offset in self.known[self.generation]:
+                    self.rehandled.append((self.generation, offset))
             outcome = self.outcome[offset]
             if outcome == "raise":
                 raise Bad(offset)
@@ -190,13 +207,56 @@ class ReceiverMachine(RuleBasedStateMachine):
             self.receiver = None
         assert self.sub is not None
         self.sub.close()
+        self._handed_over()
         self._open()
+
+    @precondition(lambda self: self.sub is not None)
+    @rule()
+    def revoke_and_regain(self) -> None:
+        """Give the partition up (as a rebalance takes it away) and seek it again."""
+        assert self.sub is not None
+        self.sub.deactivate()
+        self._handed_over()
+        self.sub.reactivate()
+
+    def _handed_over(self) -> None:
+        """The partition changed hands: what the store holds as finished must not run again."""
+        position, finished = self._stored()
+        with self.lock:
+            self.generation += 1
+            self.known[self.generation] = set(range(position)) | finished
 
     # -- what must hold ----------------------------------------------------------------------
 
     def _finished(self) -> set[int]:
         with self.lock:
             return set(self.finished)
+
+    def _stored(self) -> tuple[int, set[int]]:
+        """The stored position of the partition and the finished set stored above it."""
+        if self.store is not None:
+            c = POSITIONS.c
+            query = sa.select(c.next_offset, c.finished).where(
+                c.group_id == self.group, c.stream == self.stream.name, c.kafka_partition == 0
+            )
+            with self.store.engine.connect() as conn:
+                row = conn.execute(query).one_or_none()
+            position, text = (-1, None) if row is None else (int(row[0]), row[1])
+        else:
+            probe = probe_consumer(self.cluster, **{"group.id": self.group})
+            try:
+                (tp,) = probe.committed([TopicPartition(self.stream.name, 0)], timeout=30)
+            finally:
+                probe.close()
+            position, text = tp.offset, tp.metadata
+        if position < 0:
+            return 0, set()
+        return position, decode_finished(position, text, where="model")
+
+    def _rows(self) -> set[int]:
+        assert self.store is not None
+        with self.store.engine.connect() as conn:
+            return {int(o) for (o,) in conn.execute(sa.select(self.table.c.off))}
 
     def _position(self) -> int:
         if self.positions is not None:
@@ -214,6 +274,28 @@ class ReceiverMachine(RuleBasedStateMachine):
         assert position <= lowest, (
             f"the position {position} passes record {lowest}, which is not finished"
         )
+
+    @invariant()
+    def never_moves_back(self) -> None:
+        if self.sub is None:
+            return
+        position = self._stored()[0]
+        assert position >= self.high, f"the position moved back from {self.high} to {position}"
+        self.high = position
+
+    @invariant()
+    def committed_rows_are_finished_in_the_store(self) -> None:
+        if self.sub is None or self.store is None:
+            return
+        rows = self._rows()  # first: the store read next is at least as new
+        position, finished = self._stored()
+        lost = sorted(o for o in rows if o >= position and o not in finished)
+        assert not lost, f"rows {lost} committed, but neither below {position} nor in {finished}"
+
+    @invariant()
+    def nothing_finished_is_handed_again(self) -> None:
+        with self.lock:
+            assert not self.rehandled, f"finished records handed again: {self.rehandled}"
 
     def teardown(self) -> None:
         try:
