@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade.consumer.ledger import decode_finished, encode_finished
+from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
@@ -159,12 +159,10 @@ class Confirms:
                 positions[partition] = frontier
         done: dict[int, list[int]] = {}
         for p, o in positions.items():
-            above = state.finished_above(p, o, offset if p == partition else None)
-            skip = 0
-            while skip < len(above) and above[skip] == o + skip:
-                skip += 1
-            positions[p] = o + skip
-            done[p] = above[skip:]
+            ledger = Ledger(o, state.finished_above(p, o, offset if p == partition else None))
+            ledger.advance(o)
+            positions[p] = ledger.frontier
+            done[p] = sorted(ledger.finished)
         return done
 
     def note_finished(self, partition: int, offsets: Iterable[int]) -> None:
