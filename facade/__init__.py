@@ -72,7 +72,7 @@ from bolide.facade.retry import Retry, RetryTier
 from bolide.facade.share import ShareSubscriber
 from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.streams import StreamsSubscriber
-from bolide.facade.subscriber import Subscriber
+from bolide.facade.subscriber import Subscriber, new_subscriber
 
 __all__ = [
     "AvroSerde",
@@ -102,11 +102,14 @@ __all__ = [
     "Retry",
     "RetryTier",
     "SerializationError",
+    "ShareSubscriber",
     "StoreError",
     "StreamConfig",
+    "StreamsSubscriber",
     "Subscriber",
     "SubscriberConfig",
     "TransactionError",
+    "new_subscriber",
     "publish_sequence",
     "sequence_headers",
 ]

@@ -20,7 +20,12 @@ from types import ModuleType
 __all__ = ["MODULES", "RUNTIME_SWITCH", "compiled_modules", "describe", "pure_python_forced"]
 
 #: The modules written in Cython's pure-Python mode (compiled by setup.py when it can).
-MODULES = ("bolide.facade._record_cy",)
+MODULES = (
+    "bolide.facade._record_cy",
+    "bolide.facade.producer._delivery_cy",
+    "bolide.facade.consumer._fetch_cy",
+    "bolide.stores._rows_cy",
+)
 #: Set to a non-empty value other than ``0``: run the ``.py`` sources even where compiled.
 RUNTIME_SWITCH = "DISABLE_BOLIDE_CEXT_RUNTIME"
 

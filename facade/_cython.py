@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["cclass", "compiled", "final", "inline", "locals"]
+__all__ = ["Py_ssize_t", "cclass", "compiled", "final", "inline", "locals"]
 
 _T = TypeVar("_T")
 
 #: False: this is the interpreted module (Cython's own says True inside compiled code).
 compiled = False
+#: Cython: the C type of an index (here: a Python int).
+Py_ssize_t = int
 
 
 def _identity(target: _T) -> _T:

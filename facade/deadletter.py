@@ -18,9 +18,11 @@ A dead letter republished by ``bolide.stores.DeadLetters.replay`` loses those th
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable
 from typing import TypeAlias
 
+from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 
@@ -30,6 +32,7 @@ __all__ = [
     "REPLAYED_FROM_HEADER",
     "SOURCE_HEADER",
     "DeadLetterTarget",
+    "LetterBox",
     "Reason",
     "letter",
     "parse_position",
@@ -87,6 +90,32 @@ def letter(record: Record, reason: Reason | str, detail: str, source: str | None
     if source is not None:
         headers.append((SOURCE_HEADER, source.encode()))
     return Record(record.data, key=record.key, headers=headers)
+
+
+class LetterBox:
+    """A subscriber's ``dead_letter`` stream: each letter published (and acknowledged) through
+    one publisher, made on the first letter, from any thread."""
+
+    def __init__(self, cluster: Cluster, stream: StreamConfig) -> None:
+        self._cluster, self._stream = cluster, stream
+        self._publisher: Publisher | None = None
+        self._lock = threading.Lock()
+
+    def post(self, record: Record, reason: Reason, detail: str) -> None:
+        """Publish ``record``'s dead letter, saying ``reason`` and ``detail``, and whence."""
+        with self._lock:
+            if self._publisher is None:
+                self._publisher = Publisher(self._cluster, PublisherConfig(stream=self._stream))
+            publisher = self._publisher
+        source = f"{record.stream}/{record.partition}/{record.offset}"
+        publisher.publish(letter(record, reason, detail, source))
+
+    def close(self) -> None:
+        """Close the publisher, if a letter made one."""
+        with self._lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.close()
 
 
 def replayed(dead: Record, dead_letter_id: str) -> Record:

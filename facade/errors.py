@@ -8,6 +8,7 @@
     ├── OffsetOutOfRangeError
     ├── NotAssignedError
     ├── IllegalSubscriberStateError
+    │   └── NotForThisKindError (also AttributeError)
     ├── StreamConfigMismatchError (also ValueError)
     ├── PublishError
     │   └── TransactionError
@@ -59,6 +60,7 @@ __all__ = [
     "IncompatibleBrokerError",
     "InvalidInitialOffsetSchemeError",
     "NotAssignedError",
+    "NotForThisKindError",
     "OffsetLoadError",
     "OffsetOutOfRangeError",
     "ProducerFencedError",
@@ -122,6 +124,12 @@ class NotAssignedError(BolideError):
 
 class IllegalSubscriberStateError(BolideError):
     """The operation is not allowed for this kind of subscriber (grouped or not)."""
+
+
+class NotForThisKindError(IllegalSubscriberStateError, AttributeError):
+    """This kind of subscriber has no such operation at all (``seek`` on a share group
+    member): also an ``AttributeError``, since the attribute does not exist (``hasattr`` is
+    false), raised with the reason for code written against another kind."""
 
 
 class StreamConfigMismatchError(BolideError, ValueError):

@@ -435,7 +435,8 @@ class Polled:
 class SubscriberLike(Protocol):
     """What ``bolide.facade.aio`` needs of a subscriber beyond its public reading API: a poll
     in steps that never wait (the event loop awaits between them), undoing a step whose
-    outcome never reached the application, and confirming what an iteration handed out."""
+    outcome never reached the application, and confirming what an iteration handed out.
+    ``Subscriber`` (one stream) implements it; the other kinds have no asyncio API."""
 
     def poll_step(self, *, first: bool) -> Polled:
         """One step of a poll that never waits; closed before the ``first`` step, it raises."""

@@ -29,6 +29,7 @@ from bolide.facade.producer.deliveries import (
     PublishCallback,
     batch_messages,
     send_batch,
+    served,
 )
 from bolide.facade.producer.transactions import Transactions, TransactionSource
 from bolide.facade.record import (
@@ -308,7 +309,7 @@ class Publisher(Closing):
                     return True
                 self._producer.poll(0.01)
             except KafkaException as exc:
-                report(exc.args[0], None)
+                report(served(self._producer, exc.args[0]), None)
                 return True
             except BaseException:
                 if untaken is not None:

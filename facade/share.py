@@ -1,6 +1,7 @@
 """ShareSubscriber: a stream read as a queue, in a Kafka share group (KIP-932, Apache Kafka 4.1+).
 
-``Subscriber(cluster, SubscriberConfig(stream=s, share_group="workers"))`` builds one. Unlike a
+``ShareSubscriber(cluster, SubscriberConfig(stream=s, share_group="workers"))`` builds one, as do
+``new_subscriber`` and ``Subscriber(...)`` given that config. Unlike a
 consumer group, where a partition feeds one member, every member of a share group acquires
 records of every partition, so a one-partition stream feeds as many workers as join. Each
 record polled is *acquired* by this member until it is settled: ``ack`` (done, never delivered
@@ -12,6 +13,11 @@ higher. There is no key order across members (docs/queues.md).
 
 The records of one poll must all be settled before the next poll (Kafka's explicit
 acknowledgement); ``confirm()`` acks every one not settled yet.
+
+A share group member is not a consumer group member: it has no position of its own, so it has
+no ``seek``, ``pause``, ``committed``, ``deactivate`` or transactions. Code written for a
+``Subscriber`` that calls one gets ``NotForThisKindError`` (an ``IllegalSubscriberStateError``
+and an ``AttributeError``) saying why.
 """
 
 from __future__ import annotations
@@ -20,30 +26,29 @@ import contextlib
 import threading
 import time
 from collections import deque
-from typing import Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Unpack, cast
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from bolide.facade._internal.lock import HookLock
-from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
+from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.client import error_reporter
 from bolide.facade.consumer.decoding import Decoder
+from bolide.facade.consumer.lifecycle import Lifecycle
 from bolide.facade.consumer.share_group import configure_group, require_share_groups
-from bolide.facade.deadletter import Reason, letter
+from bolide.facade.deadletter import LetterBox, Reason
 from bolide.facade.errors import (
     BrokerError,
     IllegalSubscriberStateError,
-    ReceiverAlreadyAttachedError,
+    NotForThisKindError,
 )
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
 from bolide.facade.parallel import ReceiverOptions
-from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.share_receiver import ShareReceiver
-from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
@@ -61,6 +66,23 @@ _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
 _GROUP_ONLY = ("enable.auto.commit", "enable.auto.offset.store", "fetch.queue.backoff.ms")
 _Key = tuple[str, int, int]
+_NO_POSITION = (
+    "records are acquired and acknowledged one by one, with no position of this member's own"
+)
+#: What a consumer group subscriber has and a share group member has not, and why.
+_NOT_HERE = {
+    "seek": _NO_POSITION,
+    "seek_to_time": _NO_POSITION,
+    "committed": "no position per member",
+    "deactivate": "close to leave",
+    "reactivate": "close to leave, and build a new member to join again",
+    "pause": "stop polling instead",
+    "resume": "stop polling instead",
+    "paused": "stop polling instead",
+    "transaction_sources": "acknowledgements are not part of Kafka transactions",
+    "durable": "a share group member is not a durable client",
+    "marker": "a share group member is not a durable client",
+}
 
 
 def require_share_client() -> None:
@@ -75,21 +97,23 @@ def require_share_client() -> None:
         )
 
 
-@subscriber_kind("share")
-class ShareSubscriber(Subscriber):
+class ShareSubscriber(Lifecycle):
     """Reads one stream as a queue in a share group (see the module docstring).
 
+    Args:
+        cluster: Where the stream lives.
+        config: The stream, ``share_group`` and the other settings.
+
     Raises:
+        TypeError: The config names no share group.
         BrokerError: The cluster has no share groups (the message says what is missing).
         ValueError: A ``share_group_config`` setting the broker refused.
     """
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
-        if not isinstance(cluster, Cluster):
-            raise TypeError("cluster must be a Cluster")
-        if not isinstance(config, SubscriberConfig) or config.share_group is None:
+        super().__init__(cluster, config)
+        if config.share_group is None:
             raise TypeError("config must be a SubscriberConfig with share_group")
-        self.cluster, self.config = cluster, config
         self.stream = config.single
         self.topic = self.stream.name
         self.grouped = False  # not a consumer group: nothing is assigned, nothing committed
@@ -97,13 +121,11 @@ class ShareSubscriber(Subscriber):
         self._share_lock = threading.Lock()  # a share consumer takes one call at a time
         # Reports run at once: a share subscriber calls no user code under its own lock.
         self._report = error_reporter(config.error_handler, HookLock())
-        self._closed = False
-        self._receiver: Receiver | None = None
         self._queue: deque[Record] = deque()  # acquired, not yet returned by poll
         self._held: dict[_Key, Record] = {}  # returned by poll, not yet settled
         self._last_poll_ms: int | None = None
-        self._letters: Publisher | None = None  # the dead letter stream's, made on first use
-        self._letters_lock = threading.Lock()  # not the share lock: _take holds that one
+        letters = config.dead_letter
+        self._letters = None if letters is None else LetterBox(cluster, letters)
         require_share_client()
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
@@ -322,78 +344,22 @@ class ShareSubscriber(Subscriber):
 
     def _dead_letter(self, record: Record, reason: Reason, detail: str) -> None:
         """Publish ``record``'s dead letter (undecodable or rejected records alike) to the
-        ``dead_letter`` stream, through one publisher made on first use."""
-        with self._letters_lock:
-            if self._letters is None:
-                assert self.config.dead_letter is not None
-                config = PublisherConfig(stream=self.config.dead_letter)
-                self._letters = Publisher(self.cluster, config)
-            publisher = self._letters
-        source = f"{record.stream}/{record.partition}/{record.offset}"
-        publisher.publish(letter(record, reason, detail, source))
+        ``dead_letter`` stream."""
+        assert self._letters is not None
+        self._letters.post(record, reason, detail)
 
     # -- what does not apply to a queue ----------------------------------------------
 
-    def _not_for_share_groups(self, what: str) -> IllegalSubscriberStateError:
-        return IllegalSubscriberStateError(
-            f"{what} does not apply to a share group: records are acquired and acknowledged "
-            "one by one, with no position of this member's own",
-            stream=self.topic,
-        )
+    if not TYPE_CHECKING:  # to a type checker these names simply do not exist here
 
-    def seek(self, offset: int, partition: int | None = None, stream: str | None = None) -> None:
-        """Not for share groups: raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("seek")
-
-    def seek_to_time(
-        self, timestamp_ms: int, partition: int | None = None, stream: str | None = None
-    ) -> None:
-        """Not for share groups: raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("seek_to_time")
-
-    def committed(
-        self, timeout_s: float = 10.0, *, stream: str | None = None
-    ) -> dict[int, int | None]:
-        """Not for share groups (no position per member): raises
-        ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("committed")
-
-    def deactivate(self) -> None:
-        """Not for share groups (close to leave): raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("deactivate")
-
-    def reactivate(self) -> None:
-        """Not for share groups: raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("reactivate")
-
-    def pause(self, partitions: Any = None) -> None:
-        """Not for share groups (stop polling instead): raises
-        ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("pause")
-
-    def resume(self, partitions: Any = None) -> None:
-        """Not for share groups: raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("resume")
-
-    @property
-    def paused(self) -> frozenset[tuple[str, int]]:
-        """Always empty: a share group member pauses nothing."""
-        return frozenset()
-
-    def transaction_sources(self) -> list[Any]:
-        """Not for share groups (acknowledgements are not part of Kafka transactions):
-        raises ``IllegalSubscriberStateError``."""
-        raise self._not_for_share_groups("Publisher.confirm(subscriber)")
-
-    @property
-    def durable(self) -> None:
-        """Always ``None``: a share group member is not a durable client."""
-        return None
-
-    @property
-    def marker(self) -> dict[int, int]:
-        """Always empty (durable clients only)."""
-        return {}
+        def __getattr__(self, name: str) -> NoReturn:
+            why = _NOT_HERE.get(name)
+            if why is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            what = "Publisher.confirm(subscriber)" if name == "transaction_sources" else name
+            raise NotForThisKindError(
+                f"{what} does not apply to a share group: {why}", stream=self.topic
+            )
 
     # -- receiver, state, lifecycle --------------------------------------------------
 
@@ -412,11 +378,7 @@ class ShareSubscriber(Subscriber):
             ReceiverAlreadyAttachedError: A receiver is already attached.
         """
         with self._share_lock:
-            self._check_open()
-            if self._receiver is not None and self._receiver.running:
-                raise ReceiverAlreadyAttachedError(
-                    "a receiver is already attached", stream=self.topic
-                )
+            self._check_no_receiver()
             receiver = ShareReceiver(self, handler, poll_timeout_ms, **options)
             self._receiver = receiver
             receiver.start()
@@ -445,21 +407,15 @@ class ShareSubscriber(Subscriber):
         return measure(self.cluster, "share subscriber", self.share_group, (self.topic,), {},
                        closed=self._closed, last_poll_ms=self._last_poll_ms, lag=False)  # fmt: skip
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalSubscriberStateError("subscriber is closed", stream=self.topic)
-
     @property
-    def closed(self) -> bool:
-        """True after ``close``."""
-        return self._closed
+    def streams(self) -> tuple[str, ...]:
+        """The name of the stream read, as ``Subscriber.streams`` gives it."""
+        return (self.topic,)
 
     def close(self, keep_alive: bool = True) -> None:
         """Stop the receiver, release every record still held (other members get them at
         once, not after their lock) and leave the share group."""
-        receiver = self._receiver
-        if receiver is not None:
-            receiver.close()
+        self._stop_receiver()
         with self._share_lock:
             if self._closed:
                 return

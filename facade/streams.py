@@ -2,32 +2,33 @@
 [...])``) or matched by a pattern (``pattern=r"orders\\..*"``), as a Kafka consumer subscribes
 to several topics.
 
-``Subscriber(cluster, config)`` builds one whenever the config names no single stream. It holds
-one single-stream ``Subscriber`` per stream, all with the same settings (and, when grouped, in
-the same consumer group: each stream's partitions are spread over the members that read it), so
-every guarantee of a one-stream subscriber (positions, the splice, confirms, rebalance hooks)
-holds per stream. ``poll`` takes turns over the streams; a record's ``stream`` names its source.
-Receivers run one per stream, with the options given (``concurrency`` is per stream).
+``StreamsSubscriber(cluster, config)`` builds one, as do ``new_subscriber`` and
+``Subscriber(...)`` given a config that names no single stream. It holds one
+``OneStreamSubscriber`` (what ``Subscriber`` is for one stream) per stream, all with the same
+settings (and, when grouped, in the same consumer group: each stream's partitions are spread
+over the members that read it), so every guarantee of a one-stream subscriber (positions, the
+splice, confirms, rebalance hooks) holds per stream. ``poll`` takes turns over the streams; a
+record's ``stream`` names its source. Receivers run one per stream, with the options given
+(``concurrency`` is per stream).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn, Unpack
+from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
+from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
-from bolide.facade.consumer.client import group_id
-from bolide.facade.errors import (
-    IllegalSubscriberStateError,
-    ReceiverAlreadyAttachedError,
-)
+from bolide.facade.consumer.client import error_reporter, group_id
+from bolide.facade.consumer.lifecycle import Lifecycle
+from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.health import Health
 from bolide.facade.kafka import partition_counts
+from bolide.facade.one_stream import OneStreamSubscriber
 from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import (
@@ -37,12 +38,9 @@ from bolide.facade.receiver import (
     RecordHandler,
 )
 from bolide.facade.record import RecordBatch
-from bolide.facade.subscriber import Subscriber, subscriber_kind
 from bolide.facade.validate import check_int
 
 __all__ = ["StreamReceivers", "StreamsSubscriber"]
-
-log = logging.getLogger(__name__)
 
 #: Longest wait on one stream's consumer in a turn while another stream may have records.
 _TURN_MS = 50
@@ -59,35 +57,35 @@ def matching(pattern: str, topics: Iterable[str], *, exclude: Iterable[str] = ()
     )
 
 
-@subscriber_kind("streams")
-class StreamsSubscriber(Subscriber):
+class StreamsSubscriber(Lifecycle):
     """Reads several streams as one subscriber (see the module docstring).
 
     Methods that act on one stream (``seek``, ``confirm(offset, ...)``, ``committed``) take
     ``stream=``, which is required when more than one stream is read; partitions given to
     ``pause``/``resume`` are ``(stream, partition)`` pairs.
 
+    Args:
+        cluster: Where the streams live.
+        config: ``streams=`` or ``pattern=``, and the settings every stream is read with.
+
     Raises:
-        ValueError: A ``resequencer`` or a durable client over several streams.
+        ValueError: The config names one stream (``stream=``): that is a ``Subscriber``.
         StreamConfigMismatchError: A named stream's topic contradicts its config.
     """
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
-        if not isinstance(cluster, Cluster):
-            raise TypeError("cluster must be a Cluster")
-        if not isinstance(config, SubscriberConfig):
-            raise TypeError("config must be a SubscriberConfig")
-        self.cluster = cluster
-        self.config = config
+        super().__init__(cluster, config)
+        if config.stream is not None:
+            raise ValueError("this config reads one stream (stream=): read it with Subscriber")
         self.grouped = config.grouped
         self.group_id = group_id(config)
-        self._closed = False
-        self._durable = None
+        # No lock of this subscriber's is held while a handler runs: reports run at once.
+        self._report = error_reporter(config.error_handler, HookLock())
         self._guard = threading.Lock()  # the streams, the receivers, closing
-        self._parts: dict[str, Subscriber] = {}
+        self._parts: dict[str, OneStreamSubscriber] = {}
         self._next = 0  # whose turn poll starts with
-        self._receiver: StreamReceivers | None = None
-        self._attach: Callable[[Subscriber], Receiver] | None = None
+        self._receivers: StreamReceivers | None = None
+        self._attach: Callable[[OneStreamSubscriber], Receiver] | None = None
         self._stop = threading.Event()
         # Grouped: nothing is delivered until every stream's member has joined the group
         # (or a lease timeout has passed), so the joins of the members after the first do not
@@ -105,7 +103,7 @@ class StreamsSubscriber(Subscriber):
                 )
                 self._refresher.start()
         except BaseException:
-            self._close(True, failed=True)
+            self.close()
             raise
 
     # -- the streams --------------------------------------------------------------------------
@@ -120,15 +118,15 @@ class StreamsSubscriber(Subscriber):
             on_assign=_pairs(config.on_assign, stream.name),
             on_revoke=_pairs(config.on_revoke, stream.name),
         )
-        sub = Subscriber(self.cluster, one)
+        sub = OneStreamSubscriber(self.cluster, one)
         with self._guard:
             if self._closed:
                 sub.close()
                 return
             self._parts[stream.name] = sub
             attach = self._attach
-        if attach is not None and self._receiver is not None:
-            self._receiver._add(stream.name, attach(sub))
+        if attach is not None and self._receivers is not None:
+            self._receivers.add(stream.name, attach(sub))
 
     def _discover(self) -> None:
         """Open a subscriber for each topic matching the pattern that has none yet."""
@@ -151,7 +149,7 @@ class StreamsSubscriber(Subscriber):
             except Exception as exc:
                 self._report(f"looking for topics matching {self.config.pattern!r} failed", exc)
 
-    def _inner(self, stream: str | None) -> Subscriber:
+    def _inner(self, stream: str | None) -> OneStreamSubscriber:
         parts = self._parts
         if stream is None:
             if len(parts) == 1:
@@ -162,7 +160,7 @@ class StreamsSubscriber(Subscriber):
             raise ValueError(f"{stream!r} is not one of this subscriber's streams {sorted(parts)}")
         return sub
 
-    def _all(self) -> list[Subscriber]:
+    def _all(self) -> list[OneStreamSubscriber]:
         with self._guard:
             return list(self._parts.values())
 
@@ -171,12 +169,14 @@ class StreamsSubscriber(Subscriber):
         """The names of the streams read (a pattern's grow as matching topics appear)."""
         return tuple(self._parts)
 
-    def __getattr__(self, name: str) -> NoReturn:
-        if name in ("stream", "topic", "partitions"):
-            raise AttributeError(
-                f"a subscriber of several streams has no single {name!r}: see .streams"
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # to a type checker these names simply do not exist here
+
+        def __getattr__(self, name: str) -> NoReturn:
+            if name in ("stream", "topic", "partitions"):
+                raise AttributeError(
+                    f"a subscriber of several streams has no single {name!r}: see .streams"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -267,7 +267,7 @@ class StreamsSubscriber(Subscriber):
 
     def _by_stream(
         self, partitions: Iterable[int | tuple[str, int]] | None
-    ) -> list[tuple[Subscriber, list[int] | None]]:
+    ) -> list[tuple[OneStreamSubscriber, list[int] | None]]:
         if partitions is None:
             return [(sub, None) for sub in self._all()]
         if isinstance(partitions, int | tuple):
@@ -372,39 +372,25 @@ class StreamsSubscriber(Subscriber):
             raise ValueError("a resequencer orders one stream: use one subscriber per stream")
         check_int("poll_timeout_ms", poll_timeout_ms)
         with self._guard:
-            self._check_open()
-            if self._receiver is not None and self._receiver.running:
-                raise ReceiverAlreadyAttachedError("a receiver is already attached")
-            receiver = self._receiver = StreamReceivers()
+            self._check_no_receiver()
+            receiver = self._receiver = self._receivers = StreamReceivers()
 
-            def attach(sub: Subscriber) -> Receiver:
+            def attach(sub: OneStreamSubscriber) -> Receiver:
                 return sub.attach_receiver(handler, poll_timeout_ms, **options)
 
             self._attach = attach
             parts = list(self._parts.items())
         try:
             for name, sub in parts:
-                receiver._add(name, attach(sub))
+                receiver.add(name, attach(sub))
         except BaseException:
             receiver.close()
             raise
         return receiver
 
-    def _report(self, summary: str, error: BaseException | None) -> None:
-        handler = self.config.error_handler
-        if handler is None:
-            log.warning("%s: %s", summary, error if error is not None else "")
-            return
-        try:
-            handler(summary, error)
-        except Exception:
-            log.exception("error handler raised")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalSubscriberStateError("subscriber is closed")
-
-    def _close(self, keep_alive: bool, *, failed: bool) -> None:
+    def close(self, keep_alive: bool = True) -> None:
+        """Stop the receivers, stop looking for matching topics and close every stream's
+        subscriber (``keep_alive`` as ``Subscriber.close`` takes it)."""
         with self._guard:
             if self._closed:
                 return
@@ -417,7 +403,7 @@ class StreamsSubscriber(Subscriber):
         first: BaseException | None = None
         for sub in parts:
             try:
-                sub.close(keep_alive)  # no durable client here: ``failed`` changes nothing
+                sub.close(keep_alive)
             except BaseException as exc:  # close the others, then say what went wrong
                 first = first or exc
         if first is not None:
@@ -438,7 +424,8 @@ class StreamReceivers(Receiver):
         self._each: dict[str, Receiver] = {}
         self._closing = False
 
-    def _add(self, stream: str, receiver: Receiver) -> None:
+    def add(self, stream: str, receiver: Receiver) -> None:
+        """Hold ``stream``'s receiver (closed at once when this one is closing)."""
         with self._lock:
             self._each[stream] = receiver
             closing = self._closing

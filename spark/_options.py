@@ -21,6 +21,7 @@ from bolide.facade.redaction import redact, redact_url
 from bolide.spark._java_settings import librdkafka_settings
 
 __all__ = [
+    "DEFAULT_GROUP_ID_PREFIX",
     "EARLIEST",
     "LATEST",
     "Offsets",
@@ -33,6 +34,10 @@ __all__ = [
 Offsets = dict[str, dict[str, int]]
 
 EARLIEST, LATEST = -2, -1
+
+#: ``groupIdPrefix``'s default: each consumer's group is ``bolide-spark-<random>``.
+DEFAULT_GROUP_ID_PREFIX = "bolide-spark"
+
 _stores: dict[str, HistoryStore] = {}
 
 
@@ -83,6 +88,16 @@ def _spec(options: Mapping[str, str], name: str, default: str, topics: list[str]
             if offset < EARLIEST:
                 raise ValueError(f"option {name}: {topic}[{p}]={offset} is below -2 (earliest)")
     return raw
+
+
+def _non_empty(raw: str | None, name: str) -> str | None:
+    """``raw`` stripped, ``None`` when absent; an empty value is a ``ValueError`` naming it."""
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    if not value:
+        raise ValueError(f"option {name} must not be empty")
+    return value
 
 
 def _log_starts(options: Mapping[str, str], name: str) -> dict[str, dict[int, int]]:
@@ -144,6 +159,13 @@ class SourceOptions:
             (``Cluster(fetch_gap_settle_ms=...)``); default 0.
         log_start_overrides: ``bolide.logStartOverrides``: the cluster's assumed log starts
             (``Cluster.log_start_overrides``) as JSON ``{"topic": {"0": 10}}``; default none.
+        group_id: ``kafka.group.id``: the consumer group of every consumer the source makes,
+            as given (the source never joins or commits to it, so concurrent queries may
+            share it); default none, see ``group_id_prefix``.
+        group_id_prefix: ``groupIdPrefix``: without ``group_id``, each consumer's group is
+            ``<prefix>-<random>`` (default ``bolide-spark``), as Spark's Kafka source names
+            its own. librdkafka looks a consumer's group coordinator up, which a broker with
+            ACLs allows on ``DESCRIBE`` of the group: grant it on this prefix.
 
     Secrets (``kafka.sasl.password``, the store URL's password...) stay out of ``repr``.
     """
@@ -158,6 +180,8 @@ class SourceOptions:
     store_url: str | None = None
     fetch_gap_settle_ms: int = 0
     log_start_overrides: dict[str, dict[int, int]] = field(default_factory=dict)
+    group_id: str | None = None
+    group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool) -> SourceOptions:
@@ -174,6 +198,8 @@ class SourceOptions:
                 )
         kafka = {k[len("kafka.") :]: v for k, v in lowered.items() if k.startswith("kafka.")}
         kafka = librdkafka_settings(kafka)  # the Java client's names, as Spark's source has them
+        group_id = _non_empty(kafka.pop("group.id", None), "kafka.group.id")
+        prefix = _non_empty(lowered.get("groupidprefix"), "groupIdPrefix")
         if not kafka.get("bootstrap.servers"):
             raise ValueError("option kafka.bootstrap.servers is required (host:port,...)")
         topics = [t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip()]
@@ -196,6 +222,8 @@ class SourceOptions:
             store_url=lowered.get("bolide.store") or None,
             fetch_gap_settle_ms=_positive(lowered, "bolide.fetchgapsettlems") or 0,
             log_start_overrides=_log_starts(lowered, "bolide.logstartoverrides"),
+            group_id=group_id,
+            group_id_prefix=prefix or DEFAULT_GROUP_ID_PREFIX,
         )
         try:
             parsed.cluster()
@@ -219,6 +247,24 @@ class SourceOptions:
             fetch_gap_settle_ms=self.fetch_gap_settle_ms,
             log_start_overrides=self.log_start_overrides,
             **settings,
+        )
+
+    def consumer_group(self) -> str:
+        """The group of a new consumer: ``group_id``, else ``<group_id_prefix>-<random>``."""
+        return self.group_id or f"{self.group_id_prefix}-{uuid.uuid4().hex}"
+
+    def consumer(self, group: str | None = None) -> Consumer:
+        """A consumer for lookups and reads, in ``group`` (default ``consumer_group()``),
+        which it never joins or commits to."""
+        return source_consumer(self.cluster(), group or self.consumer_group())
+
+    def group_acl(self) -> str:
+        """The group ACL the source's consumers need, as an admin grants it."""
+        if self.group_id is not None:
+            return f"DESCRIBE on group {self.group_id!r} (kafka.group.id)"
+        return (
+            f"DESCRIBE on groups prefixed {self.group_id_prefix + '-'!r} (PREFIXED; the "
+            "prefix is the groupIdPrefix option, or name one group with kafka.group.id)"
         )
 
     def store(self) -> HistoryStore | None:
@@ -248,10 +294,9 @@ class SourceOptions:
         """First available offset per partition: the store's first when it reaches lower."""
         if not parts:
             return {}
-        cluster = self.cluster()
-        consumer = source_consumer(cluster)
+        consumer = self.consumer()
         try:
-            starts = log_starts(consumer, topic, parts, cluster=cluster)
+            starts = log_starts(consumer, topic, parts, cluster=self.cluster())
         finally:
             consumer.close()
         store = self.store()
@@ -264,7 +309,13 @@ class SourceOptions:
 
     def latest(self, topic: str, parts: list[int]) -> dict[int, int]:
         """The true end (next offset to be written) per partition."""
-        return log_ends(self.cluster(), topic, parts) if parts else {}
+        if not parts:
+            return {}
+        consumer = self.consumer()
+        try:
+            return log_ends(self.cluster(), topic, parts, consumer=consumer)
+        finally:
+            consumer.close()
 
     def resolve(self, spec: str, omitted: int = EARLIEST) -> Offsets:
         """Offsets for ``earliest``/``latest``/JSON; partitions a JSON omits get ``omitted``."""
@@ -283,13 +334,14 @@ class SourceOptions:
         return out
 
 
-def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer for the source's lookups and reads: its own group, never committing."""
+def source_consumer(cluster: Cluster, group_id: str) -> Consumer:
+    """A consumer for the source's lookups and reads, in ``group_id``: it assigns partitions
+    itself and never commits, so it never joins the group (``SourceOptions.consumer``)."""
     return Consumer(
         cluster.client_config(
             CONSUMER_DEFAULTS,
             {
-                "group.id": f"bolide-spark-{uuid.uuid4().hex}",  # never commits
+                "group.id": group_id,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "error",
             },

@@ -20,13 +20,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import StreamConfig
-from bolide.facade.errors import BrokerError, OffsetOutOfRangeError
+from bolide.facade.errors import AuthorizationError, BrokerError, OffsetOutOfRangeError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import (
     log_starts,
 )
 from bolide.facade.record import Record
-from bolide.spark._options import Offsets, SourceOptions, source_consumer
+from bolide.spark._options import Offsets, SourceOptions
 
 __all__ = ["ReadRange", "cap_offsets", "ranges", "read_range"]
 
@@ -195,7 +195,8 @@ def read_range(opts: SourceOptions, rng: ReadRange) -> Iterator[Any]:
     """
     rows = _Rows(opts.include_headers)
     cluster = opts.cluster()
-    consumer = source_consumer(cluster)
+    group = opts.consumer_group()
+    consumer = opts.consumer(group)
     try:
         parts = [rng.partition]
         kafka_start = log_starts(consumer, rng.topic, parts, cluster=cluster)[rng.partition]
@@ -217,11 +218,33 @@ def read_range(opts: SourceOptions, rng: ReadRange) -> Iterator[Any]:
                     rows = _Rows(opts.include_headers)
             position = kafka_start
         if position < rng.end:
-            yield from _from_kafka(consumer, opts, rng, position, rows)
+            yield from _from_kafka(consumer, group, opts, rng, position, rows)
         elif len(rows):
             yield rows.batch()
     finally:
         consumer.close()
+
+
+#: Refusals retrying cannot fix, raised as ``AuthorizationError`` naming the ACL to grant.
+_REFUSED = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+
+
+def _refused(
+    opts: SourceOptions, rng: ReadRange, group: str, err: KafkaError
+) -> AuthorizationError:
+    """The broker refused the source's consumer its ``group`` or its topic: the ACL to grant."""
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        kind, name, acl = "group", group, opts.group_acl()
+    else:
+        kind, name, acl = "topic", rng.topic, f"READ on topic {rng.topic!r}"
+    return AuthorizationError(
+        f"the broker refused format('bolide') reading {rng.topic}[{rng.partition}] "
+        f"({err.str()}): grant the user {acl}",
+        resource_type=kind,
+        resource=name,
+        cause=err,
+        stream=rng.topic,
+    )
 
 
 def _undelivered(rng: ReadRange, position: int) -> BrokerError:
@@ -246,7 +269,7 @@ def _skip_trimmed(consumer: Consumer, opts: SourceOptions, rng: ReadRange, posit
 
 
 def _from_kafka(
-    consumer: Consumer, opts: SourceOptions, rng: ReadRange, position: int, rows: _Rows
+    consumer: Consumer, group: str, opts: SourceOptions, rng: ReadRange, position: int, rows: _Rows
 ) -> Iterator[Any]:
     consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
     gaps = FetchGaps(rng.topic, opts.fetch_gap_settle_ms / 1000)
@@ -263,6 +286,8 @@ def _from_kafka(
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     position = _skip_trimmed(consumer, opts, rng, position)
                     break
+                if err.code() in _REFUSED:
+                    raise _refused(opts, rng, group, err)
                 raise BrokerError(
                     f"reading {rng.topic}[{rng.partition}]: {err.str()}",
                     stream=rng.topic,

@@ -15,21 +15,18 @@ interval when running continuously); ``on_batch`` (called after each micro-batch
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from bolide.facade.compat import stale_watermarks
-from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
-from bolide.facade.deadletter import letter
+from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import ensure_topic
-from bolide.facade.publisher import Publisher
-from bolide.facade.record import Record
 from bolide.spark._archive import archive_partitions, executor_store_url, load_archive
 from bolide.spark._options import cluster_source_options
+from bolide.spark._publish import publish_partitions
 from bolide.spark._resequence import resequenced
 from bolide.spark.kafka import has_connector, kafka_stream
 
@@ -267,37 +264,6 @@ def _archive_batches(
     return write
 
 
-def _publish_rows(
-    rows: list[dict[str, Any]], out: Publisher, dead: Publisher | None
-) -> tuple[int, int]:
-    published = dead_letters = 0
-    for row in rows:
-        headers = [(h["key"], h["value"] or b"") for h in row["headers"] or []]
-        if row["reason"] is None:
-            out.publish_async(Record(row["value"] or b"", key=row["key"], headers=headers))
-            published += 1
-            continue
-        dead_letters += 1
-        if dead is None:
-            log.warning(
-                "dropping %s[%s]@%s: %s (%s)",
-                row["topic"],
-                row["partition"],
-                row["offset"],
-                row["reason"],
-                row["detail"],
-            )
-            continue
-        record = Record(row["value"] or b"", key=row["key"], headers=headers)
-        dead.publish_async(letter(record, row["reason"], row["detail"]))
-    return published, dead_letters
-
-
-def _release_order(row: dict[str, Any]) -> tuple[Any, ...]:
-    number = row["seq_number"]
-    return (row["topic"], row["partition"], row["seq_group"] or "", number or 0, row["offset"])
-
-
 def resequence(
     spark: SparkSession,
     stream: str | StreamConfig,
@@ -344,52 +310,29 @@ def resequence(
         spark, stream, cluster, source=source, starting_offsets=starting_offsets, options=options
     )
     ordered = resequenced(df, mode=mode, timeout_s=timeout_s, on_timeout=on_timeout)
-    out = Publisher(cluster, PublisherConfig(stream=out_stream))
-    dead = None
-    if dead_letter is not None:
-        dead = Publisher(cluster, PublisherConfig(stream=_stream(dead_letter)))
-    ensure_topic(cluster, out_stream)
+    dead = _stream(dead_letter) if dead_letter is not None else None
+    for target in (out_stream, dead):
+        if target is not None:
+            ensure_topic(cluster, target)  # once here, not by every task
 
     writer = ordered.writeStream.queryName(f"bolide-resequence-{out_stream.name}")
-    writer = writer.foreachBatch(_release_batches(out, dead, on_batch))
-    return _start_publishing(writer, checkpoint, trigger_interval_s, [out, dead])
-
-
-def _start_publishing(
-    writer: Any, checkpoint: str, trigger_interval_s: float, publishers: list[Publisher | None]
-) -> StreamingQuery:
-    """Start a query that publishes; its publishers close when it ends (or fails to start)."""
-    owned = [p for p in publishers if p is not None]
-
-    def close_publishers() -> None:
-        for publisher in owned:
-            publisher.close()
-
-    try:
-        started = _start(writer, checkpoint, False, trigger_interval_s)
-    except BaseException:
-        close_publishers()
-        raise
-    _on_termination(started, close_publishers)
-    return started
+    writer = writer.foreachBatch(_release_batches(cluster, out_stream, dead, on_batch))
+    return _start(writer, checkpoint, False, trigger_interval_s)
 
 
 def _release_batches(
-    out: Publisher, dead: Publisher | None, on_batch: BatchCallback | None
+    cluster: Cluster,
+    output: StreamConfig,
+    dead: StreamConfig | None,
+    on_batch: BatchCallback | None,
 ) -> Callable[[DataFrame, int], None]:
-    """The ``foreachBatch`` function of ``resequence``: publish a micro-batch's released
-    records (each group in sequence order) and dead letters, then report."""
+    """The ``foreachBatch`` function of ``resequence``: the executors publish a micro-batch's
+    released records (each group in sequence order) and dead letters; the driver reports."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
-        rows = batch.toArrow().to_pylist()
-        # Keep each group in sequence order; unsequenced records keep their offset order.
-        rows.sort(key=_release_order)
-        published, dead_letters = _publish_rows(rows, out, dead)
-        out.flush(30)
-        if dead is not None:
-            dead.flush(30)
-        report = BatchReport(batch_id, len(rows), published, dead_letters, time.monotonic() - began)
+        rows, published, dead_letters = publish_partitions(batch, cluster, output, dead)
+        report = BatchReport(batch_id, rows, published, dead_letters, time.monotonic() - began)
         if on_batch is not None:
             on_batch(report)
 
@@ -406,19 +349,6 @@ def _check_typed_serde(serde: object) -> None:
             f"serde must be an AvroSerde (a typed table needs the writer schema), "
             f"not {type(serde).__name__}"
         )
-
-
-def _on_termination(query: StreamingQuery, fn: Callable[[], Any]) -> None:
-    """Call ``fn`` once ``query`` stops (however it stops), from a watcher thread."""
-
-    def watch() -> None:
-        try:
-            query.awaitTermination()
-        except Exception:  # a failed query ends too; its error is the query's to report
-            log.debug("query %s ended with an error", query.name, exc_info=True)
-        fn()
-
-    threading.Thread(target=watch, name=f"bolide-{query.name}-closer", daemon=True).start()
 
 
 def query(

@@ -127,8 +127,10 @@ class BolideDataSource(DataSource):
     other ``kafka.<librdkafka setting>``; ``subscribe`` (required, comma-separated topics);
     ``startingOffsets`` (``earliest``/``latest``/JSON; default latest for streams, earliest for
     batch); ``endingOffsets`` (batch; ``latest``/JSON); ``maxOffsetsPerTrigger``;
-    ``includeHeaders``; ``failOnDataLoss`` (default true); ``bolide.store`` (SQLAlchemy URL
-    of the history store to splice in).
+    ``includeHeaders``; ``failOnDataLoss`` (default true); ``groupIdPrefix`` (the consumers'
+    throwaway groups are ``<prefix>-<random>``, default ``bolide-spark``) or ``kafka.group.id``
+    (one group for all): they never join or commit, yet need ``DESCRIBE`` where ACLs apply;
+    ``bolide.store`` (SQLAlchemy URL of the history store to splice in).
     """
 
     @classmethod

@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from bolide.facade.record import Record, trusted_record
+from bolide.facade.record import Record
+from bolide.stores._rows_cy import group_headers, records_from_rows
 from bolide.stores.dialects import on_driver
 
 __all__ = ["ESCAPED_NAME_MARK", "header_name", "read_page", "stored_name"]
@@ -80,31 +81,9 @@ def read_page(
             if not rows:
                 return []
             cursor.execute(headers_sql, (stream, partition, rows[0][0], rows[-1][0]))
-            headers: dict[int, list[tuple[str, bytes]]] = {}
-            mark = ESCAPED_NAME_MARK
-            for off, name, value in cursor.fetchall():
-                if name[:1] == mark:  # rare: an escaped name (no call per header otherwise)
-                    name = header_name(name)
-                pair = (name, value if type(value) is bytes else bytes(value))
-                found = headers.get(off)
-                if found is None:
-                    headers[off] = [pair]
-                else:
-                    found.append(pair)
+            headers = group_headers(cursor.fetchall(), ESCAPED_NAME_MARK, header_name)
         finally:
             cursor.close()
-        # Rows come from our own tables: the trusted constructor skips the checks.
-        return [
-            trusted_record(
-                payload if payload is None or type(payload) is bytes else bytes(payload),
-                key if key is None or type(key) is bytes else bytes(key),
-                headers.get(off, []),
-                stream,
-                partition,
-                off,
-                ts,
-            )
-            for off, ts, key, payload in rows
-        ]
+        return records_from_rows(rows, headers, stream, partition)
 
     return on_driver(conn, records_sql, fetch)

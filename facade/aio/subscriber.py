@@ -23,6 +23,7 @@ from typing import Any, Self, TypeVar
 
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.lifecycle import check_arguments
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.ports import Polled, SubscriberLike
@@ -57,10 +58,7 @@ class AsyncSubscriber:
     """
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
-        if not isinstance(cluster, Cluster):
-            raise TypeError("cluster must be a Cluster")
-        if not isinstance(config, SubscriberConfig):
-            raise TypeError("config must be a SubscriberConfig")
+        check_arguments(cluster, config)
         self.cluster = cluster
         self.config = config
         if config.stream is None:

@@ -16,8 +16,15 @@ from types import TracebackType
 from typing import Any, Literal
 
 from bolide.facade.broker._engine import Engine
-from bolide.facade.broker._process import free_port, port_taken
-from bolide.facade.broker.apache import KafkaEngine, kafka_unavailable
+from bolide.facade.broker._process import free_port, log_tail, port_taken, stop_process
+from bolide.facade.broker.apache import (
+    FAST_GROUP_SETTINGS,
+    GROUP_SETTINGS,
+    GroupSettings,
+    KafkaEngine,
+    check_group_settings,
+    kafka_unavailable,
+)
 from bolide.facade.broker.security import (
     SECURITY,
     BrokerSecurity,
@@ -30,13 +37,19 @@ from bolide.facade.errors import BrokerError
 
 __all__ = [
     "ENGINES",
+    "FAST_GROUP_SETTINGS",
     "FETCH_GAP_SETTLE_MS",
+    "GROUP_SETTINGS",
     "SECURITY",
     "EmbeddedBroker",
     "EngineName",
+    "GroupSettings",
     "SecurityName",
+    "free_port",
+    "log_tail",
     "port_taken",
     "resolve_engine",
+    "stop_process",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,6 +81,18 @@ def resolve_engine(engine: str) -> str:
     return engine
 
 
+def _check_tansu_options(
+    broker_settings: Mapping[str, str] | None, security: str, group_settings: str
+) -> None:
+    """Refuse, with ``BrokerError``, the options only the Apache Kafka engine has."""
+    if broker_settings:
+        raise BrokerError("broker_settings apply to the Apache Kafka engine only")
+    if security != "plaintext":
+        raise BrokerError(f"security={security!r} needs the Apache Kafka engine")
+    if group_settings != "fast":
+        raise BrokerError(f"group_settings={group_settings!r} needs the Apache Kafka engine")
+
+
 class EmbeddedBroker:
     """Runs an embedded broker on free loopback ports for as long as the context.
 
@@ -81,6 +106,10 @@ class EmbeddedBroker:
         startup_timeout_s: How long to wait for the broker to answer.
         heap: Apache Kafka's maximum heap per node (``-Xmx``).
         broker_settings: Apache Kafka ``server.properties`` entries over the embedded defaults.
+        group_settings: ``"fast"`` (the development values in ``FAST_GROUP_SETTINGS``:
+            groups form at once, leases down to 500 ms) or ``"stock"``: Kafka's own group
+            defaults (a 3 s delay before a new group's first rebalance, leases of 6 s or
+            more), as a production broker runs. Apache Kafka only.
         security: The client listener (Apache Kafka only): ``"plaintext"``; ``"sasl_ssl"`` or
             ``"sasl_plaintext"`` (SCRAM-SHA-512 users); ``"ssl"`` (mutual TLS: a user is a
             client certificate). Secured, the broker runs Kafka's ``StandardAuthorizer`` with
@@ -92,7 +121,7 @@ class EmbeddedBroker:
     Raises:
         BrokerError: The engine cannot run here (the message says why and how to fix it), or
             ``port`` is taken.
-        ValueError: An unknown ``security``.
+        ValueError: An unknown ``security`` or ``group_settings``.
         TypeError: A keyword argument that is neither a parameter nor a librdkafka setting.
 
     Only the processes this object started are ever stopped; ``stop`` removes its data.
@@ -109,9 +138,11 @@ class EmbeddedBroker:
         heap: str | None = None,
         broker_settings: Mapping[str, str] | None = None,
         security: SecurityName = "plaintext",
+        group_settings: GroupSettings = "fast",
         **cluster_overrides: Any,
     ) -> None:
         check_security(security)
+        check_group_settings(group_settings)
         for key in cluster_overrides:
             if "." not in key and key != "fetch_gap_settle_ms":
                 raise TypeError(
@@ -141,13 +172,11 @@ class EmbeddedBroker:
                 log_path=self.log_path,
                 settings=dict(broker_settings or {}),
                 security=security,
+                group_settings=group_settings,
                 **extra,
             )
         else:
-            if broker_settings:
-                raise BrokerError("broker_settings apply to the Apache Kafka engine only")
-            if security != "plaintext":
-                raise BrokerError(f"security={security!r} needs the Apache Kafka engine")
+            _check_tansu_options(broker_settings, security, group_settings)
             self._engine = TansuEngine(
                 host=self.host, port=port or free_port(), brokers=brokers, log_path=self.log_path
             )
@@ -200,6 +229,13 @@ class EmbeddedBroker:
         """The client listener's security: one of ``SECURITY``."""
         kafka = self._engine if isinstance(self._engine, KafkaEngine) else None
         return "plaintext" if kafka is None or kafka.security is None else kafka.security.mode
+
+    @property
+    def group_settings(self) -> str:
+        """The group settings the broker runs: ``"fast"`` or ``"stock"`` (one of
+        ``GROUP_SETTINGS``); Tansu's are its own, reported as ``"fast"``."""
+        kafka = self._engine if isinstance(self._engine, KafkaEngine) else None
+        return "fast" if kafka is None else kafka.group_settings
 
     @property
     def ca_location(self) -> str | None:

@@ -18,7 +18,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bolide.facade.broker._process import (
     free_port,
@@ -31,12 +31,45 @@ from bolide.facade.broker.jars import KAFKA, KAFKA_VERSION, MIN_JAVA, find_java,
 from bolide.facade.broker.security import BrokerSecurity
 from bolide.facade.errors import BrokerError
 
-__all__ = ["DEFAULT_HEAP", "KafkaEngine", "kafka_classpath", "kafka_unavailable"]
+__all__ = [
+    "DEFAULT_HEAP",
+    "FAST_GROUP_SETTINGS",
+    "GROUP_SETTINGS",
+    "GroupSettings",
+    "KafkaEngine",
+    "check_group_settings",
+    "kafka_classpath",
+    "kafka_unavailable",
+]
 
 log = logging.getLogger(__name__)
 
 #: The maximum heap of each node (``-Xmx``).
 DEFAULT_HEAP = "768m"
+
+#: ``"fast"``: the development group settings below; ``"stock"``: Kafka's own defaults.
+GroupSettings = Literal["fast", "stock"]
+
+#: The values ``EmbeddedBroker(group_settings=...)`` accepts.
+GROUP_SETTINGS: tuple[str, ...] = ("fast", "stock")
+
+#: What ``group_settings="fast"`` (the default) sets over Kafka's stock values (3000, 6000 and
+#: 15000): groups form at once, a lease (session) may be as short as 500 ms, and a share
+#: group's record lock as short as a second, so tests of a member's death wait seconds.
+FAST_GROUP_SETTINGS: dict[str, str] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "group.share.min.record.lock.duration.ms": "1000",
+}
+
+
+def check_group_settings(group_settings: str) -> None:
+    """Raise ``ValueError`` naming the choices unless ``group_settings`` is one of them."""
+    if group_settings not in GROUP_SETTINGS:
+        raise ValueError(
+            f"group_settings must be one of {', '.join(GROUP_SETTINGS)}, got {group_settings!r}"
+        )
+
 
 _LOG4J = """\
 status = warn
@@ -113,7 +146,9 @@ class KafkaEngine:
         heap: str = DEFAULT_HEAP,
         settings: dict[str, str] | None = None,
         security: str = "plaintext",
+        group_settings: GroupSettings = "fast",
     ) -> None:
+        check_group_settings(group_settings)
         reason = kafka_unavailable()
         if reason is not None:
             raise BrokerError(reason)
@@ -123,6 +158,7 @@ class KafkaEngine:
         self.log_path = log_path
         self._heap = heap
         self._settings = dict(settings or {})
+        self.group_settings = group_settings
         self._java = find_java() or "java"
         self._classpath = os.pathsep.join(str(jar) for jar in kafka_classpath() or [])
         self._root = Path(tempfile.gettempdir()) / f"bolide-kafka-{uuid.uuid4().hex[:12]}"
@@ -194,18 +230,15 @@ class KafkaEngine:
             "share.coordinator.state.topic.replication.factor": str(replicas),
             "share.coordinator.state.topic.min.isr": str(min(2, replicas)),
             "share.coordinator.state.topic.num.partitions": "10",
-            # A development broker: groups form at once, short session timeouts are allowed,
-            # and retention and transaction timeouts act within seconds.
-            "group.initial.rebalance.delay.ms": "0",
-            "group.min.session.timeout.ms": "500",
+            # A development broker: retention and transaction timeouts act within seconds
+            # (and, with the fast group settings, groups form at once).
             "log.retention.check.interval.ms": "1000",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "transaction.remove.expired.transaction.cleanup.interval.ms": "5000",
             "auto.create.topics.enable": "true",
-            # Share groups' record locks may be as short as a second, so that a test of a
-            # member's death waits seconds, not Kafka's 15 s minimum.
-            "group.share.min.record.lock.duration.ms": "1000",
         }
+        if self.group_settings == "fast":
+            props.update(FAST_GROUP_SETTINGS)
         if self.security is not None:
             props.update(self.security.listener_properties(client))
         props.update(self._settings)

@@ -107,8 +107,7 @@ class BrokerSecurity:
         )
         # The broker's certificate is the super user's too: brokers talk to each other as it.
         self._sign("broker", SUPER_USER, f"subjectAltName=IP:{self.host},DNS:localhost")
-        key, cert = (self.folder / "broker.key").read_text(), (self.folder / "broker.pem")
-        (self.folder / "broker-keystore.pem").write_text(key + cert.read_text())
+        self._key_and_certificate("broker", "broker-keystore.pem")
         if self.mode == "ssl":
             self._admin = self.client_certificate(SUPER_USER)
 
@@ -128,13 +127,23 @@ class BrokerSecurity:
             cwd=self.folder,
         )
 
+    def _key_and_certificate(self, stem: str, name: str) -> Path:
+        """``stem``'s key and certificate in one PEM file, ``name``: a Java PEM key store."""
+        joined = self.folder / name
+        key, cert = (self.folder / f"{stem}.key"), (self.folder / f"{stem}.pem")
+        joined.write_text(key.read_text() + cert.read_text())
+        joined.chmod(0o600)
+        return joined
+
     def client_certificate(self, user: str) -> dict[str, str]:
         """A client certificate for ``user`` (its common name, which the broker takes as the
         principal ``User:<user>``), signed by the broker's CA.
 
         Returns:
             The librdkafka settings that present it: ``ssl.certificate.location`` and
-            ``ssl.key.location``.
+            ``ssl.key.location``, both naming one PEM file that holds the key (PKCS#8) and
+            the certificate, the one file a Java client's PEM key store reads (Spark's
+            Kafka source: ``bolide.spark.kafka_options``).
         """
         if not self.tls:
             raise BrokerError(f"a {self.mode} broker has no TLS: client certificates need 'ssl'")
@@ -142,10 +151,8 @@ class BrokerSecurity:
             raise ValueError(f"a user name for a certificate must be plain text, got {user!r}")
         stem = f"user-{secrets.token_hex(4)}"
         self._sign(stem, user)
-        return {
-            "ssl.certificate.location": str(self.folder / f"{stem}.pem"),
-            "ssl.key.location": str(self.folder / f"{stem}.key"),
-        }
+        both = self._key_and_certificate(stem, f"{stem}-key-and-certificate.pem")
+        return {"ssl.certificate.location": str(both), "ssl.key.location": str(both)}
 
     def listener_properties(self, listener: str) -> dict[str, str]:
         """``server.properties`` entries of the client listener ``listener`` (also the

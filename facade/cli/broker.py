@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from bolide.facade.broker import EmbeddedBroker, port_taken
+from bolide.facade.broker import GROUP_SETTINGS, EmbeddedBroker, port_taken
 from bolide.facade.broker.jars import KAFKA, Artifacts, fetch
 
 __all__ = ["register"]
@@ -28,7 +28,13 @@ def _broker(args: argparse.Namespace) -> int:
             print(f"port {_DEFAULT_PORT} is taken; using a free port", file=sys.stderr)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    broker = EmbeddedBroker(engine=args.engine, brokers=args.brokers, port=port, log_path=args.log)
+    broker = EmbeddedBroker(
+        engine=args.engine,
+        brokers=args.brokers,
+        port=port,
+        log_path=args.log,
+        group_settings=args.group_settings,
+    )
     print(f"starting the embedded {broker.engine} broker ...", file=sys.stderr, flush=True)
     with broker:
         nodes = len(broker.node_ids)
@@ -98,6 +104,14 @@ def register(sub: Any) -> None:
         "--port", type=int, default=None, help="client port (default 9092, or a free one if taken)"
     )
     broker.add_argument("--log", default=None, help="broker log file (default: a temp file)")
+    broker.add_argument(
+        "--group-settings",
+        choices=GROUP_SETTINGS,
+        default="fast",
+        help="fast (default): group timeouts shortened for development (a 500 ms session "
+        "floor, no initial rebalance delay); stock: Apache Kafka's own defaults, as a "
+        "production cluster runs them (kafka only)",
+    )
     broker.set_defaults(func=_broker, parser=broker)
 
     fetch_parser = sub.add_parser(

@@ -1,3 +1,4 @@
 """The subscriber core: a subscriber's consumer, its partitions' state (assignment, positions,
-confirms, holds), fetching, the group lease, durable and shared-fetch plumbing. Not API: the
-public side is ``bolide.facade.subscriber``; this package may change without notice."""
+confirms, holds), fetching, the group lease, durable and shared-fetch plumbing, and the
+``Lifecycle`` every kind of subscriber shares. Not API: the public side is
+``bolide.facade.subscriber``; this package may change without notice."""

@@ -93,6 +93,7 @@ class Confirms:
         deactivated: bool = False,
         read: Mapping[int, int] | None = None,
         strict: bool = False,
+        held_only: bool = False,
     ) -> dict[int, int]:
         """The positions (next offsets) a confirm moves to, on partitions held.
 
@@ -102,25 +103,20 @@ class Confirms:
         they are forgotten) and left out, or with ``strict`` (a transaction, whose outputs of
         those records must not commit) raise; so do, with ``strict``, records read on a
         partition revoked since, even one handed straight back (it reads them again from its
-        committed offset). A ``deactivated`` subscriber holds none.
+        committed offset). With ``held_only`` (a confirm written in the caller's database
+        transaction) records on a partition not held raise too: the effects written beside
+        the confirm must roll back with it, not commit without their position. A
+        ``deactivated`` subscriber holds none.
 
         Raises:
             ValueError: ``offset`` was never read on ``partition``.
             NotAssignedError: ``strict``, and records read on a partition no longer held (or
-                on any, once deactivated, or revoked since they were read) are not confirmed.
+                on any, once deactivated, or revoked since they were read) are not confirmed;
+                ``held_only``, and the partition is not held.
         """
         state = self._state
         last_read = read if read is not None else state.last_read()
-        if offset is None:
-            targets = dict(last_read)
-        else:
-            last = last_read.get(partition)
-            if last is None or offset > last:
-                raise ValueError(
-                    f"offset {offset} of {self._topic}[{partition}] was never read "
-                    f"(last read: {last})"
-                )
-            targets = {partition: offset}
+        targets = dict(last_read) if offset is None else self._read(offset, partition, last_read)
         # An ungrouped subscriber holds every partition: what it read is all confirmable.
         assigned = set() if deactivated else set(state.assigned())
         confirmed = state.confirmed()
@@ -133,6 +129,8 @@ class Confirms:
                     state.unread(p)
         if strict:
             self._refuse_revoked(unconfirmed)
+        if held_only and unconfirmed:
+            self._refuse_unheld(unconfirmed)
         if unconfirmed and not deactivated:
             self._report(
                 f"confirm without the lease on {self._topic}{unconfirmed}: nothing changed",
@@ -176,6 +174,33 @@ class Confirms:
             frontier = state.frontier(partition)
             if frontier >= 0:
                 self.commit({partition: frontier})
+
+    def _read(self, offset: int, partition: int, last_read: Mapping[int, int]) -> dict[int, int]:
+        """``{partition: offset}``, a record read.
+
+        Raises:
+            ValueError: ``offset`` was never read on ``partition``.
+        """
+        last = last_read.get(partition)
+        if last is None or offset > last:
+            raise ValueError(
+                f"offset {offset} of {self._topic}[{partition}] was never read (last read: {last})"
+            )
+        return {partition: offset}
+
+    def _refuse_unheld(self, unheld: list[int]) -> None:
+        """Raise for a confirm in the caller's transaction on partitions ``unheld``.
+
+        Raises:
+            NotAssignedError: Always.
+        """
+        raise NotAssignedError(
+            f"{self._topic}{unheld} not held: the confirm is not written, and the "
+            "transaction must not commit the effects of those records (roll it back; the "
+            "partition's owner reads them again)",
+            stream=self._topic,
+            partition=unheld[0],
+        )
 
     def _refuse_revoked(self, unconfirmed: list[int]) -> None:
         """Raise for records read and not confirmed on partitions ``unconfirmed`` (not held)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from bolide.facade.config import Cluster, PublisherConfig, SubscriberConfig
-from bolide.facade.deadletter import Reason, letter
+from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.deadletter import LetterBox, Reason
 from bolide.facade.errors import SerializationError
-from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 
 __all__ = ["Decoder"]
@@ -16,11 +15,10 @@ class Decoder:
     ``config.dead_letter`` when it is set (its publisher is made on the first one)."""
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
-        self._cluster = cluster
         self._serde = config.serde
         self._topic = config.single.name
-        self._dead_letter = config.dead_letter
-        self._publisher: Publisher | None = None
+        dead_letter = config.dead_letter
+        self._letters = None if dead_letter is None else LetterBox(cluster, dead_letter)
 
     def decode(self, record: Record) -> SerializationError | None:
         """Decode ``record.value``; return a permanent failure, raise a retriable one.
@@ -57,13 +55,10 @@ class Decoder:
 
     def dead_letter(self, record: Record, exc: SerializationError) -> None:
         """Publish an undecodable ``record`` to the dead letter stream, with why and whence."""
-        if self._publisher is None:
-            assert self._dead_letter is not None
-            self._publisher = Publisher(self._cluster, PublisherConfig(stream=self._dead_letter))
-        source = f"{self._topic}/{record.partition}/{record.offset}"
-        self._publisher.publish(letter(record, Reason.UNDECODABLE, str(exc), source))
+        assert self._letters is not None
+        self._letters.post(record, Reason.UNDECODABLE, str(exc))
 
     def close(self) -> None:
         """Close the dead letter publisher, if one was made."""
-        if self._publisher is not None:
-            self._publisher.close()
+        if self._letters is not None:
+            self._letters.close()

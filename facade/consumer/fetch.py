@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from bolide.facade._internal.fatal import Refusals, refused
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer._fetch_cy import take_run
 from bolide.facade.consumer.client import refused_error
 from bolide.facade.consumer.decoding import Decoder
 from bolide.facade.consumer.positions import Positions, Report
@@ -312,22 +313,24 @@ class Fetcher:
     def _take(self, msgs: list[Message], out: list[Record], read: dict[int, int]) -> None:
         """Deliver messages straight into ``out`` (no serde, no error; in a durable replay,
         below the marker); the first that needs the per-record checks goes with the rest to
-        the pending queue (``_accept``). Runs of a partition keep the expected offset in a
-        local and write the positions (``_end_run``) once, before anything reads them. Each
-        message delivered is dropped from ``msgs`` at once: the collector never finds it."""
+        the pending queue (``_accept``). Runs of a partition go through ``take_run`` (the
+        compiled per-record loop) and write the positions (``_end_run``) once, before anything
+        reads them. Each message delivered is dropped from ``msgs`` at once: the collector
+        never finds it."""
         state = self._state
         if self._decoder is not None or state.holds.holding("user") or state.skipping():
             self.pending.extend(msgs)
             return
         fetched, durable = self._gaps.expected, self._durable
         assigned, topic, ringed = self._assigned, self._topic, self._ringed
-        append = out.append
         run = -1  # partition of the current run (-1: none, or a partition to skip)
         expected: int | None = None  # next offset expected in the run (None: not known yet)
         end: int | None = None  # the run's replay marker while a durable replay runs
         last = -1  # last offset delivered in the run (-1: none yet)
+        index, count = 0, len(msgs)
         try:
-            for index, msg in enumerate(msgs):
+            while index < count:
+                msg = msgs[index]
                 if msg.error() is not None:
                     self.pending.extend(msgs[index:])
                     return
@@ -337,24 +340,22 @@ class Fetcher:
                         last = self._end_run(run, last, end, read)
                     gone = partition not in assigned or partition in ringed
                     if partition is None or gone:  # not held, or read from the shared ring
-                        run = -1
+                        run, index = -1, index + 1
                         continue
                     run, expected = partition, fetched.get(partition)
                     end = durable.replay_end(partition) if durable is not None else None
-                record = record_from_message(msg, topic)
-                offset = record.offset
-                if offset is None:
+                index, done, expected, record = take_run(
+                    msgs, index, run, expected, end, topic, out
+                )
+                if done >= 0:
+                    last = done
+                if record is None:  # another partition, an error or the end: seen above
                     continue
+                offset: int = record.offset  # type: ignore[assignment]  # take_run checked
                 if expected is not None and offset > expected:
                     if last >= 0:  # the gap check reads the positions: write the run's first
                         last = self._end_run(run, last, end, read)
-                    try:
-                        refetch = self._refetch_gap(msg)
-                    except BaseException:
-                        self.pending.extend(msgs[index:])
-                        raise
-                    if refetch:
-                        self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != run)
+                    if self._refetched(msgs, index, run):
                         return
                 if end is not None:
                     if offset >= end:  # live while the replay runs: admitted one by one
@@ -362,12 +363,23 @@ class Fetcher:
                         return
                     record.replayed = True
                 msgs[index] = None  # type: ignore[call-overload]  # let go at once
-                append(record)
-                last = offset
-                expected = offset + 1
+                out.append(record)
+                last, expected, index = offset, offset + 1, index + 1
         finally:
             if last >= 0:
                 self._end_run(run, last, end, read)
+
+    def _refetched(self, msgs: list[Message], index: int, run: int) -> bool:
+        """True when the gap before ``msgs[index]`` is fetched again (``_refetch_gap``): the
+        messages of other partitions after it go to the pending queue, the rest is dropped."""
+        try:
+            refetch = self._refetch_gap(msgs[index])
+        except BaseException:
+            self.pending.extend(msgs[index:])
+            raise
+        if refetch:
+            self.pending.extend(m for m in msgs[index + 1 :] if m.partition() != run)
+        return refetch
 
     def _end_run(self, partition: int, last: int, end: int | None, read: dict[int, int]) -> int:
         """Write the positions of a run delivered up to offset ``last`` (and the replay's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType, TopicMetadata
 
 from bolide.facade._internal.fatal import AUTHENTICATION_CODES, Refusals, authentication_error
 from bolide.facade.config import Cluster, StreamConfig
@@ -44,6 +45,7 @@ __all__ = [
     "partition_count",
     "partition_counts",
     "probe_consumer",
+    "replica_count",
 ]
 
 
@@ -88,9 +90,24 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _TIMEOUT_S = 10.0
-#: Partition count per (bootstrap servers, topic), and the topic settings already checked.
-_known_topics: dict[tuple[str, str], tuple[int, set[frozenset[tuple[str, str]]]]] = {}
+#: Partition count per (bootstrap servers, client identity, topic), and the topic settings
+#: already checked. The identity (``_identity``) keeps a topic one user described from
+#: standing for another, whose ACLs may refuse it.
+_known_topics: dict[tuple[str, str, str], tuple[int, set[frozenset[tuple[str, str]]]]] = {}
 _topics_lock = threading.Lock()
+
+#: Local errors of a request that reached no broker (down, unreachable, not answering in
+#: time, its name not resolved): asking again may succeed.
+_UNREACHABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    }
+)
 
 
 def new_client(factory: Callable[[dict[str, Any]], T], config: dict[str, Any], source: str) -> T:
@@ -154,12 +171,23 @@ def broker_setting(cluster: Cluster, name: str) -> str | None:
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:
+    info = _topic(admin, topic)
+    return None if info is None else len(info.partitions)
+
+
+def replica_count(admin: AdminClient, topic: str) -> int | None:
+    """The fewest replicas a partition of ``topic`` has (``None``: no such topic)."""
+    info = _topic(admin, topic)
+    return None if info is None else min(len(p.replicas) for p in info.partitions.values())
+
+
+def _topic(admin: AdminClient, topic: str) -> TopicMetadata | None:
+    """``topic``'s metadata, ``None`` when it has no partitions to show."""
     # A metadata request naming the topic may auto-create it on some brokers: list them all.
-    meta = admin.list_topics(timeout=_TIMEOUT_S)
-    info = meta.topics.get(topic)
+    info = admin.list_topics(timeout=_TIMEOUT_S).topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         return None
-    return len(info.partitions)
+    return info
 
 
 def partition_counts(cluster: Cluster, *, timeout_s: float = _TIMEOUT_S) -> dict[str, int]:
@@ -189,13 +217,7 @@ def _check_configs(admin: AdminClient, stream: StreamConfig) -> None:
     except KafkaException:
         return
     except TimeoutError:
-        # A broker that answers nothing (paused, overloaded) is unreachable, as in the
-        # creation's own errors: a BrokerError, not the future's bare TimeoutError.
-        raise BrokerError(
-            f"cannot describe topic {stream.name!r}: no answer within {_TIMEOUT_S:g}s "
-            "(the broker is down, paused or overloaded)",
-            stream=stream.name,
-        ) from None
+        raise _no_answer("describe", stream.name) from None
     # Some brokers (Tansu) describe nothing: only compare what they do report.
     for key, value in wanted.items():
         entry = described.get(key)
@@ -210,14 +232,20 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
     """Create the stream's topic if missing (``partitions``, or 1 when unset); check an
     existing one agrees with what the config states (unset partitions take the topic's).
 
+    A topic is described once per process for each client identity (the cluster's settings,
+    credentials included): what one user learnt of it does not stand for another.
+
     Returns:
         The topic's partition count.
 
     Raises:
         StreamConfigMismatchError: The topic exists with other partitions or settings.
-        BrokerError: The broker could not be reached or refused to create the topic.
+        AuthorizationError: The user may not describe (or create) the topic.
+        AuthenticationError: The broker refused the cluster's credentials.
+        BrokerError: The broker refused to create the topic, or could not be reached (then
+            ``retriable``).
     """
-    cache_key = (cluster.bootstrap_servers, stream.name)
+    cache_key = (cluster.bootstrap_servers, _identity(cluster), stream.name)
     settings = frozenset(stream.topic_settings().items())
     with _topics_lock:
         known = _known_topics.get(cache_key)
@@ -244,6 +272,14 @@ def ensure_topic(cluster: Cluster, stream: StreamConfig) -> int:
     return count
 
 
+def _identity(cluster: Cluster) -> str:
+    """Who the broker takes the cluster's clients for: a digest of every client setting (SASL
+    user and password, TLS certificate, an OAUTHBEARER callback, and any other that may change
+    it), so that no secret is kept in clear in the known-topics cache."""
+    settings = sorted((key, repr(value)) for key, value in cluster.client_config().items())
+    return hashlib.sha256(repr(settings).encode()).hexdigest()
+
+
 def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
     # Refused credentials come to the error_cb; the request itself only fails to connect.
     refusals = Refusals(f"admin of {stream.name!r}")
@@ -262,6 +298,8 @@ def _create_or_describe(cluster: Cluster, stream: StreamConfig) -> int:
                 admin.create_topics([new], operation_timeout=_TIMEOUT_S)[stream.name].result(
                     timeout=_TIMEOUT_S
                 )
+            except TimeoutError:
+                raise _no_answer("create", stream.name) from None
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
@@ -290,7 +328,22 @@ def _topic_error(topic: str, err: KafkaError) -> BolideError:
         )
     if err.code() in AUTHENTICATION_CODES:
         return authentication_error(err, topic)
-    return BrokerError(f"cannot create or describe topic {topic!r}: {said}", stream=topic)
+    return BrokerError(
+        f"cannot create or describe topic {topic!r}: {said}",
+        stream=topic,
+        retriable=err.retriable() or err.code() in _UNREACHABLE,
+    )
+
+
+def _no_answer(request: str, topic: str) -> BrokerError:
+    """A broker that answers nothing (paused, overloaded) is unreachable, as in the other
+    errors of the request: a retriable ``BrokerError``, not the future's bare TimeoutError."""
+    return BrokerError(
+        f"cannot {request} topic {topic!r}: no answer within {_TIMEOUT_S:g}s (the broker is "
+        "down, paused or overloaded)",
+        stream=topic,
+        retriable=True,
+    )
 
 
 def _wait_for_topic(admin: AdminClient, topic: str) -> int:
@@ -300,13 +353,19 @@ def _wait_for_topic(admin: AdminClient, topic: str) -> int:
         if count:
             return count
         time.sleep(0.05)
-    raise BrokerError(f"topic {topic!r} did not appear after creation", stream=topic)
+    # Created, not yet in the metadata the broker answers: described again later, it is.
+    raise BrokerError(
+        f"topic {topic!r} did not appear after creation", stream=topic, retriable=True
+    )
 
 
 def forget_topic(cluster: Cluster, name: str) -> None:
-    """Drop a topic from the known-topics cache (after deleting it, or a broker restart)."""
+    """Drop a topic from the known-topics cache (after deleting it, or a broker restart), as
+    every user of the cluster's bootstrap servers knew it."""
     with _topics_lock:
-        _known_topics.pop((cluster.bootstrap_servers, name), None)
+        known = [k for k in _known_topics if (k[0], k[2]) == (cluster.bootstrap_servers, name)]
+        for key in known:
+            del _known_topics[key]
 
 
 #: Errors of a partition whose leader is not known yet or has moved: asking again succeeds.
@@ -317,6 +376,17 @@ _LEADER_MOVING = frozenset(
         # The handle of a broker that left the cluster's metadata (a node killed) is destroyed,
         # failing what was in flight to it: asked again, the new leader answers.
         KafkaError._DESTROY_BROKER,
+    }
+)
+
+#: Errors of a partition the client's metadata does not show for a moment: a topic another
+#: client just created, or metadata answered by a node that restarted and has not caught up with
+#: the cluster's. Asked of a partition known to exist (assigned, listed), asking again succeeds.
+_PARTITION_UNSEEN = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
 
@@ -401,13 +471,14 @@ def _watermarks(
     """The reported (low, high) watermarks; an unreachable broker is a ``BrokerError``.
 
     A partition whose leader is not known yet (a topic just created, a leader that moved)
-    answers NOT_LEADER_FOR_PARTITION or the like for a moment: asked again until ``timeout_s``.
+    answers NOT_LEADER_FOR_PARTITION or the like for a moment, and one missing from the
+    client's metadata answers "Unknown partition": asked again until ``timeout_s``.
     """
     tp = TopicPartition(topic, partition)
     try:
         low, high = _ask_again(
             lambda left: consumer.get_watermark_offsets(tp, timeout=left, cached=cached),
-            _LEADER_MOVING,
+            _LEADER_MOVING | _PARTITION_UNSEEN,
             timeout_s,
         )
     except KafkaException as exc:

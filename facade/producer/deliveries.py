@@ -5,7 +5,6 @@ failing what is left when the publisher closes."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from bolide.facade._internal.fatal import Scope, fatal_error
 from bolide.facade.errors import BolideError, PublishError, TransactionError
 from bolide.facade.ports import PublishCallback
-from bolide.facade.producer.future import DeliveryFuture
+from bolide.facade.producer._delivery_cy import Delivery, FutureDelivery, call_back
 from bolide.facade.producer.transactions import Transactions
 from bolide.facade.record import Record, headers_or_none
 
@@ -32,9 +31,8 @@ __all__ = [
     "batch_messages",
     "call_back",
     "send_batch",
+    "served",
 ]
-
-log = logging.getLogger("bolide.facade.publisher")
 
 #: What a publisher awaits a report for: a record with a callback, with a future, or a batch.
 Pending: TypeAlias = "Delivery | FutureDelivery | Batch"
@@ -49,12 +47,13 @@ REFUSED = object()
 PARTITION_UNASSIGNED = -1
 
 
-def call_back(callback: PublishCallback, offset: int | None, error: BaseException | None) -> None:
-    """Call a publish callback; what it raises is logged, never propagated."""
-    try:
-        callback(offset, error)
-    except Exception:
-        log.exception("publish callback raised")
+def served(producer: Producer, err: KafkaError) -> KafkaError:
+    """``err``, the producer's refusal of a record; a producer failed for good has its
+    ``error_cb`` served first, so that the record's answer names the cause (a missing ACL,
+    through ``Outstanding.refused``), not "Fatal error"."""
+    if err.code() == KafkaError._FATAL:
+        producer.poll(0)
+    return err
 
 
 class Outstanding:
@@ -126,9 +125,10 @@ class Outstanding:
 
     def _fatal_for(self, rec: Record, err: KafkaError) -> BolideError | None:
         """The typed error of a record refused for good: by its own delivery report, or
-        purged from the queue after the producer's ``error_cb`` got such an answer."""
+        purged from the queue (or refused by a producer failed for good) after the
+        producer's ``error_cb`` got such an answer."""
         refused = self.refused
-        if err.code() == KafkaError._PURGE_QUEUE and refused is not None:
+        if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._FATAL) and refused is not None:
             err = refused
         return fatal_error(err, self._scope, rec)
 
@@ -142,103 +142,6 @@ class Outstanding:
             delivery.resolve(
                 KafkaError(KafkaError._PURGE_QUEUE, "no delivery report after close"), None
             )
-
-
-def _settle(
-    outstanding: Outstanding,
-    rec: Record,
-    future: Future[int] | None,
-    callback: PublishCallback | None,
-    err: Any,
-    msg: Message | None,
-) -> None:
-    """Stamp ``rec`` from its delivery report, resolve ``future`` and call ``callback``."""
-    if err is not None or msg is None:
-        error = outstanding.error(rec, err)
-        if future is not None:
-            future.set_exception(error)
-        if callback is not None:
-            call_back(callback, None, error)
-        return
-    # A delivered message always has them; the stubs allow None (no cast: a call per record).
-    offset: int = msg.offset()  # type: ignore[assignment]
-    rec.offset = offset
-    rec.partition = msg.partition()
-    rec.timestamp_ms = msg.timestamp()[1]
-    if future is not None:
-        future.set_result(offset)
-    if callback is not None:
-        call_back(callback, offset, None)
-
-
-class Delivery:
-    """Calls one record's callback from its delivery report (``produce``: no future)."""
-
-    __slots__ = ("callback", "outstanding", "record")
-
-    def __init__(
-        self, outstanding: Outstanding, record: Record, callback: PublishCallback | None
-    ) -> None:
-        self.outstanding = outstanding
-        self.record = record
-        self.callback = callback
-
-    def __call__(self, err: Any, msg: Message | None) -> None:
-        try:
-            self.outstanding.remove(self)
-        except KeyError:
-            return  # already failed by close
-        self.resolve(err, msg)
-
-    def resolve(self, err: Any, msg: Message | None) -> None:
-        """Stamp the record and call the callback (once: the caller owns the delivery)."""
-        _settle(self.outstanding, self.record, None, self.callback, err, msg)
-
-
-class FutureDelivery(DeliveryFuture):
-    """``publish_async``'s future, which is also its record's delivery report.
-
-    One object per record where a future and a report object were two: with tens of
-    thousands in flight, each object the garbage collector tracks costs more than the work
-    it does. Only the publisher calls it; once resolved it lets go of the record, the callback
-    and the publisher's bookkeeping, so a future kept by the caller holds nothing else.
-    """
-
-    def __init__(  # no super().__init__(): a DeliveryFuture starts at its class defaults
-        self, outstanding: Outstanding, record: Record, callback: PublishCallback | None
-    ) -> None:
-        self._outstanding: Outstanding | None = outstanding
-        self._record: Record | None = record
-        self._callback = callback
-
-    def __call__(self, err: Any, msg: Message | None) -> None:
-        outstanding, rec, callback = self._outstanding, self._record, self._callback
-        if outstanding is None or rec is None:
-            return  # already resolved
-        try:
-            outstanding.remove(self)
-        except KeyError:
-            return  # already failed by close
-        self._outstanding = self._record = self._callback = None
-        if err is not None or msg is None:
-            _settle(outstanding, rec, self, callback, err, msg)
-            return
-        # The delivered case of _settle, inlined: one Python call fewer per record.
-        offset: int = msg.offset()  # type: ignore[assignment]
-        rec.offset = offset
-        rec.partition = msg.partition()
-        rec.timestamp_ms = msg.timestamp()[1]
-        self.set_result(offset)
-        if callback is not None:
-            call_back(callback, offset, None)
-
-    def resolve(self, err: Any, msg: Message | None) -> None:
-        """Resolve this future and call the callback (once: the caller owns the delivery)."""
-        outstanding, rec, callback = self._outstanding, self._record, self._callback
-        if outstanding is None or rec is None:
-            return
-        self._outstanding = self._record = self._callback = None
-        _settle(outstanding, rec, self, callback, err, msg)
 
 
 class Batch:
@@ -438,7 +341,8 @@ def _enqueue(
     except BufferError:
         return first, False
     except KafkaException as exc:  # nothing of the run was taken
-        return None, any([batch.reject(first + i, exc.args[0]) for i in range(len(run))])
+        err = served(producer, exc.args[0])
+        return None, any([batch.reject(first + i, err) for i in range(len(run))])
     if taken == len(run):
         return None, False
     last = False

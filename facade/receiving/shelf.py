@@ -103,9 +103,14 @@ class Shelf:
     def divert(self, record: Record, lane: Hashable) -> Entry | None:
         """The shelf's entry for a source record whose key is parked (its ``tier`` is the
         one of the key's head; ``written`` or ``where`` set when it is on the shelf already,
-        read again after a restart), else ``None``: the handler runs. A record read again
-        below its key's head was finished before the head failed: a ``written`` entry, not
-        shelved, says so."""
+        read again after a restart), else ``None``: the handler runs.
+
+        A record read again below its key's head, while that head waits, is shelved before
+        it (in the first tier): the head may be a copy its writer made after a later record
+        of the key, the earlier ones never handled (a member that had lost the partition, or
+        a track given up), so it runs first, and at worst once more. Below a head that runs
+        or ran already it was finished before the head failed: a ``written`` entry, not
+        shelved, says so (running it now would put it after the head)."""
         partition, origin = record.partition or 0, _offset(record)
         with self.lock:
             entry = self._origins.get((partition, origin))
@@ -118,8 +123,10 @@ class Shelf:
                 head = held.entries[0]
                 entry = Entry(record, partition, origin, lane, head.tier)
                 if origin < head.origin:
-                    entry.written = True
-                    return entry
+                    if held.running or (held.pending and held.pending[-1].origin > origin):
+                        entry.written = True
+                        return entry
+                    entry.tier = 0
             else:  # only finished records not confirmed yet: behind their copies
                 last = held.pending[-1]
                 entry = Entry(record, partition, origin, lane, last.tier)
@@ -149,7 +156,11 @@ class Shelf:
         self, tier: int, offset: int, record: Record, attempts: int, due: float, lane: Hashable
     ) -> None:
         """A copy at ``offset`` of tier ``tier`` was read; ``record`` is the original (its
-        source partition and offset set), ``due`` when it may run if it failed before."""
+        source partition and offset set), ``due`` when it may run if it failed before.
+
+        Of two copies of a record (a restart reads back those not confirmed yet), the newer
+        has more ``attempts``: each move writes one more, whatever the tier (a parked
+        record's copy in a later tier is followed, when it fails, by one in the first)."""
         partition, origin = record.partition or 0, _offset(record)
         with self.lock:
             track = self._track(tier, partition, offset)
@@ -162,10 +173,12 @@ class Shelf:
             elif entry.moving == tier:  # its new copy, read before its delivery report came
                 self._let_go(entry)
                 entry.tier, entry.moving = tier, None
-            elif entry.tier > tier or (entry.tier == tier and entry.where is not None):
+            elif attempts < entry.attempts or (
+                attempts == entry.attempts and entry.where is not None
+            ):
                 track.finish(offset)  # an older copy, left behind by a crash: superseded
                 return
-            elif entry.tier < tier:  # a newer copy: it moved on before a crash
+            else:  # a newer copy: it moved on before a crash
                 self._let_go(entry)
                 entry.tier = tier
             entry.written = True

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bolide.facade.config import PublisherConfig, StreamConfig
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError, StreamConfigMismatchError
-from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, partition_count
+from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, partition_count, replica_count
 from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import (
     AsyncRecordHandler,
@@ -457,13 +457,24 @@ class Tiers:
 
 
 def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:
-    """Tier stream ``name``: created with the source's partition count when missing; an
-    existing one needs at least as many partitions (a copy goes to the partition number of
-    its source record; partitions past the source's stay unused)."""
+    """Tier stream ``name``: created when missing with the source's partition count and as
+    many replicas as the source has (and its ``min_insync_replicas``): once the source is
+    confirmed past a record, its copy is all there is of it, and a tier partition that dies
+    with its only broker would stop every copy bound to it; an existing one needs at least as
+    many partitions (a copy goes to the partition number of its source record; partitions
+    past the source's stay unused)."""
     wanted = host.partitions
-    count = partition_count(admin_client(host.cluster), name)
+    admin = admin_client(host.cluster)
+    count = partition_count(admin, name)
     if count is None:
-        return StreamConfig(name=name, partitions=wanted, global_order=wanted == 1)
+        source = replica_count(admin, host.topic)
+        return StreamConfig(
+            name=name,
+            partitions=wanted,
+            global_order=wanted == 1,
+            replication_factor=max(source or 1, host.stream.replication_factor),
+            min_insync_replicas=host.stream.min_insync_replicas,
+        )
     if count < wanted:
         raise StreamConfigMismatchError(
             f"retry tier stream {name!r} has {count} partitions, fewer than the {wanted} of "

@@ -4,7 +4,9 @@ Fixtures:
     bolide_cluster: a session-wide ``Cluster``: ``BOLIDE_TEST_BOOTSTRAP`` when set, else an
         ``EmbeddedBroker`` of the engine ``BOLIDE_TEST_ENGINE`` names (``kafka``, ``tansu``),
         else a testcontainers Kafka when a Docker engine answers, else an ``EmbeddedBroker``
-        with ``engine="auto"`` (Apache Kafka when it can run here, else Tansu).
+        with ``engine="auto"`` (Apache Kafka when it can run here, else Tansu). An embedded
+        Apache Kafka runs the group settings ``BOLIDE_TEST_GROUP_SETTINGS`` names: ``fast``
+        (the default: groups form at once, leases down to 500 ms) or ``stock`` (Kafka's own).
     bolide_broker: the session's ``EmbeddedBroker``, or ``None`` on an external or
         testcontainers Kafka.
     bolide_stream_factory: ``make(name_prefix="s", **stream_kwargs) -> StreamConfig`` with a
@@ -22,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bolide.facade.broker import EmbeddedBroker, EngineName
+from bolide.facade.broker import GROUP_SETTINGS, EmbeddedBroker, EngineName, GroupSettings
 from bolide.facade.config import Cluster, StreamConfig
 
 __all__ = [
@@ -76,8 +78,18 @@ def _docker_kafka() -> Iterator[Cluster] | None:
     return run()
 
 
+def _group_settings() -> GroupSettings:
+    """The embedded broker's group settings: ``BOLIDE_TEST_GROUP_SETTINGS``, ``fast`` unset."""
+    chosen = os.environ.get("BOLIDE_TEST_GROUP_SETTINGS") or "fast"
+    if chosen not in GROUP_SETTINGS:
+        raise pytest.UsageError(
+            f"BOLIDE_TEST_GROUP_SETTINGS must be {' or '.join(GROUP_SETTINGS)}, not {chosen!r}"
+        )
+    return chosen  # type: ignore[return-value]  # checked just above
+
+
 def _embedded(engine: EngineName) -> Iterator[tuple[str, Cluster, EmbeddedBroker | None]]:
-    with EmbeddedBroker(engine=engine) as broker:
+    with EmbeddedBroker(engine=engine, group_settings=_group_settings()) as broker:
         yield broker.engine, broker.cluster(), broker
 
 

@@ -1,13 +1,15 @@
 """Archiver: tails streams into the history store, at least once in, exactly once in the table.
 
 Each batch is written in one database transaction, and only after that transaction commits are
-the Kafka offsets committed (synchronously). Killed at any moment, the archiver restarts from
-the last committed offsets: records written but not yet committed in Kafka are read again and
-skipped by the table's primary key, so no row is lost and none is duplicated.
+the Kafka offsets committed. Killed at any moment, the archiver restarts from the last committed
+offsets: records written but not yet committed in Kafka are read again and skipped by the
+table's primary key, so no row is lost and none is duplicated. The next batch is read from Kafka
+and decoded while the current one is written, on a writer thread of its own (``_pipeline``).
 
-The archive's parts beside it: the archiver's Kafka offsets (``_offsets``), trimming a stream's
-log once archived (``_capacity``), and the typed archive of Avro streams (``_typed``, its
-columns in ``_avro_columns``; public as ``bolide.stores.typed_archive``).
+The archive's parts beside it: the archiver's Kafka offsets (``_offsets``), the writer thread
+(``_pipeline``), trimming a stream's log once archived (``_capacity``), and the typed archive of
+Avro streams (``_typed``, its columns in ``_avro_columns``; public as
+``bolide.stores.typed_archive``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
-from bolide.facade.errors import BrokerError, StoreError
+from bolide.facade.errors import BrokerError, IncompatibleBrokerError, StoreError
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
@@ -35,6 +37,7 @@ from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 from bolide.stores.archive._capacity import require_delete_records, trim
 from bolide.stores.archive._offsets import TP, ArchiveOffsets, log_commit_errors, reached
+from bolide.stores.archive._pipeline import BatchWriter
 from bolide.stores.archive._typed import RejectHandler, write_typed
 
 __all__ = [
@@ -56,6 +59,15 @@ ARCHIVER_CONSUMER_DEFAULTS: dict[str, Any] = {
     "session.timeout.ms": 10_000,
 }
 
+#: Batches read ahead, waiting behind the one being written (one more may be in the reader's
+#: hands): enough to keep the database busy, few enough to bound memory at a few batches.
+WRITE_AHEAD = 2
+
+#: A batch handed to the writer, and what writing it gave: the new rows, and the records whose
+#: typed rows the database refused (with why).
+Batch = dict[str, list[Record]]
+Rejected = list[tuple[list[Record], StoreError]]
+
 
 @dataclass(frozen=True)
 class ArchiverStats:
@@ -69,10 +81,13 @@ class ArchiverStats:
         records_per_s: Throughput since the previous snapshot.
         lag: Records behind the end of the streams (an estimate while following).
         caught_up: The run reached the end it was asked to reach.
-        retries: Database writes that failed and were retried.
+        retries: Database writes that failed and were retried, and (a ``start()``-ed
+            archiver) runs started again after a broker or database that did not answer.
         typed_rejected: Records left out of their typed table because the database refused
             their row (or the table's change); the raw archive keeps them.
-        positions: Next offset to archive, per ``(stream, partition)``.
+        queued: Records read from Kafka and handed to the writer, not yet written.
+        positions: Next offset to archive, per ``(stream, partition)``: every record before
+            it is in the table.
     """
 
     records: int = 0
@@ -84,10 +99,19 @@ class ArchiverStats:
     caught_up: bool = False
     retries: int = 0
     typed_rejected: int = 0
+    queued: int = 0
     positions: dict[TP, int] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[ArchiverStats], None]
+
+
+def _passing(error: BrokerError | StoreError) -> bool:
+    """Whether running again may get past ``error``: a broker that did not answer (not one
+    that cannot serve bolide), a database error marked retriable."""
+    if isinstance(error, StoreError):
+        return error.retriable
+    return not isinstance(error, IncompatibleBrokerError)
 
 
 class Archiver(Closing):
@@ -102,12 +126,14 @@ class Archiver(Closing):
         consumer_config: librdkafka consumer settings, passed through.
         progress: ``fn(ArchiverStats)`` called about every ``progress_interval_s``.
         progress_interval_s: Seconds between progress calls.
-        max_backoff_s: Longest wait between retries of a failed database write.
+        max_backoff_s: Longest wait between retries of a failed database write, or of a
+            ``start()``-ed archiver's run after a broker or database that did not answer.
         serdes: Serdes by stream name (``AvroSerde``): those streams also fill their typed
             table (``bolide.stores.archive._typed``) in the same transaction. Needs a SqlStore.
         error_handler: ``fn(summary, error)`` for failures the archiver goes on after (typed
-            rows the database refuses) and for the one that stops a ``start()``-ed archiver;
-            logs if unset.
+            rows the database refuses; a broker or database that does not answer, after
+            which a ``start()``-ed archiver runs again with backoff up to ``max_backoff_s``)
+            and for the one that stops a ``start()``-ed archiver; logs if unset.
 
     A stream with ``capacity=N`` is trimmed in Kafka to about N records per partition once
     they are archived, with DeleteRecords.
@@ -148,6 +174,7 @@ class Archiver(Closing):
         self.error_handler = error_handler
         self.progress_interval_s = progress_interval_s
         self.max_backoff_s = max_backoff_s
+        self._restarts = 0  # runs started again after a passing error (counted in retries)
         self._consumer_config = dict(consumer_config or {})
         self._partitions: list[TP] = []
         for stream in self.streams.values():
@@ -162,6 +189,12 @@ class Archiver(Closing):
         self._error: BaseException | None = None
         self._offsets = ArchiveOffsets(cluster, self.streams, self._partitions)
         self.stats = ArchiverStats()
+        self._stats_lock = threading.Lock()  # the writer thread counts retries
+        # The run in progress: its writer thread, the records handed to it and not yet
+        # finished (read by the loop and the revoke callback, both on the run's thread).
+        self._writer: BatchWriter[Batch, tuple[int, Rejected]] | None = None
+        self._queued = 0
+        self._meter = _Meter(time.monotonic())
         # What health() reports: the partitions held, the positions, the last poll.
         self._held: set[TP] = set()
         self._positions: dict[TP, int] = {}
@@ -182,17 +215,43 @@ class Archiver(Closing):
         self._thread.start()
 
     def _serve(self) -> None:
-        try:
-            self.run(until_caught_up=False)
-        except BaseException as exc:  # re-raised by stop()
-            log.exception("archiver stopped by an error")
-            self._error = exc
-            if self.error_handler is not None:
-                self._report_error("the archiver stopped", exc)
+        """``run`` until ``stop()``: after a passing error (a broker or database that does not
+        answer, at start or later) run again with backoff, from the committed positions (the
+        archive is idempotent on stream, partition and offset); stop on any other error."""
+        delay, self._restarts = 0.5, 0
+        while True:
+            try:
+                self.run(until_caught_up=False)
+                return
+            except (BrokerError, StoreError) as exc:
+                if not _passing(exc) or self._stop.is_set():
+                    self._stopped_by(exc)
+                    return
+                self._restarts += 1
+                self._report_error(
+                    f"the archiver failed ({exc}); starting again in {delay:.1f}s", exc
+                )
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, self.max_backoff_s)
+            except BaseException as exc:
+                self._stopped_by(exc)
+                return
+
+    def _stopped_by(self, exc: BaseException) -> None:
+        """``exc`` ended the background run: kept for ``stop()`` to raise, and reported."""
+        log.error("archiver stopped by an error", exc_info=exc)
+        self._error = exc
+        if self.error_handler is not None:
+            self._report_error("the archiver stopped", exc)
 
     def stop(self, timeout_s: float = 30.0) -> ArchiverStats:
-        """Stop after the batch in hand; re-raise what stopped the thread, if anything."""
+        """Stop once the batches read are written (a failing write is not retried again);
+        re-raise what stopped the thread, if anything."""
         self._stop.set()
+        writer = self._writer
+        if writer is not None:
+            writer.halt.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -237,12 +296,14 @@ class Archiver(Closing):
         """
         consumer = self._new_consumer()
         started = time.monotonic()
-        meter = _Meter(started)
+        meter = self._meter = _Meter(started)
         self._running = True
+        writer = self._writer = BatchWriter(self._write, depth=WRITE_AHEAD, name="bolide-archive")
+        self._queued = 0
         try:
             positions = self._positions = self._offsets.committed(consumer)
             target = self._offsets.ends() if until_caught_up else None
-            self.stats = ArchiverStats(positions=dict(positions))
+            self._set_stats(ArchiverStats(positions=dict(positions), retries=self._restarts))
             if target is not None and reached(positions, target):
                 self._report(meter, positions, target, caught_up=True, force=True)
                 return self.stats
@@ -252,36 +313,53 @@ class Archiver(Closing):
             consumer.subscribe(
                 sorted(self.streams), on_assign=self._on_assign, on_revoke=self._on_revoke
             )
-            last_refresh = time.monotonic()
-            while not self._stop.is_set():
-                messages = consumer.consume(self.batch_size, timeout=0.2)
-                self._last_poll_ms = int(time.time() * 1000)
-                records = self._records(consumer, messages)
-                if records:
-                    positions.update(self._archive(consumer, records, meter))
-                elif not messages and time.monotonic() - last_refresh > 1.0:
-                    # Idle: step over offsets that hold no record (transaction markers), and
-                    # learn the commits of other group members that may have moved.
-                    last_refresh = time.monotonic()
-                    positions.update(self._offsets.past_markers(consumer, positions))
-                    if target is not None:
-                        for tp, offset in self._offsets.refresh(consumer).items():
-                            positions[tp] = max(positions.get(tp, 0), offset)
-                done = target is not None and reached(positions, target)
-                if done:
-                    self._offsets.settle(consumer)
-                self._report(meter, positions, target, caught_up=done, force=done)
-                if done:
-                    break
+            self._follow(consumer, writer, target)
+            # What was handed over is written before the run ends (or the write's error raised).
+            self._finish(consumer, writer, wait=True)
+            done = target is not None and reached(positions, target)
+            if done:
+                self._offsets.settle(consumer)
+            self._report(meter, positions, target, caught_up=done, force=done)
         finally:
             self._running = False
             self._held.clear()
+            self._writer = None
+            writer.close()  # after an error: the batches not yet written are read again later
             try:
                 self._offsets.settle(consumer)
             finally:
                 consumer.close()
-            self.stats = replace(self.stats, elapsed_s=time.monotonic() - started)
+            self._set_stats(replace(self.stats, elapsed_s=time.monotonic() - started))
         return self.stats
+
+    def _follow(
+        self,
+        consumer: Consumer,
+        writer: BatchWriter[Batch, tuple[int, Rejected]],
+        target: dict[TP, int] | None,
+    ) -> None:
+        """Read and hand batches to the writer until the target is archived or ``stop()``;
+        commit the offsets of each written batch as it comes back."""
+        positions, meter = self._positions, self._meter
+        last_refresh = time.monotonic()
+        while not self._stop.is_set():
+            messages = consumer.consume(self.batch_size, timeout=0.2)
+            self._last_poll_ms = int(time.time() * 1000)
+            records = self._records(consumer, messages)
+            if records:
+                self._hand_over(consumer, writer, records)
+            self._finish(consumer, writer)
+            if not messages and not self._queued and time.monotonic() - last_refresh > 1.0:
+                # Idle, every record read is archived: step over offsets that hold no record
+                # (transaction markers), and learn the commits of other group members.
+                last_refresh = time.monotonic()
+                positions.update(self._offsets.past_markers(consumer, positions))
+                if target is not None:
+                    for tp, offset in self._offsets.refresh(consumer).items():
+                        positions[tp] = max(positions.get(tp, 0), offset)
+            if target is not None and reached(positions, target):
+                return
+            self._report(meter, positions, target, caught_up=False)
 
     def _new_consumer(self) -> Consumer:
         """The group member that reads the streams (the cluster's settings win over the
@@ -304,7 +382,13 @@ class Archiver(Closing):
         self._held.update((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Write what was read before the partitions go, and commit it: the next owner starts
+        after it, so a batch is never half written by one member and half by another."""
         self._held.difference_update((tp.topic, tp.partition) for tp in partitions)
+        writer = self._writer
+        if writer is not None and self._queued:
+            self._finish(consumer, writer, wait=True, raising=False)  # the loop raises later
+            self._offsets.settle(consumer)
 
     def _records(self, consumer: Consumer, messages: list[Message]) -> dict[str, list[Record]]:
         out: dict[str, list[Record]] = {}
@@ -328,53 +412,85 @@ class Archiver(Closing):
             out.setdefault(str(rec.stream), []).append(rec)
         return out
 
-    def _archive(
-        self, consumer: Consumer, records: dict[str, list[Record]], meter: _Meter
+    def _hand_over(
+        self, consumer: Consumer, writer: BatchWriter[Batch, tuple[int, Rejected]], records: Batch
+    ) -> None:
+        """Give ``records`` to the writer, finishing written batches while it has no room; on
+        ``stop()`` meanwhile, drop them (never written nor committed: read again later)."""
+        while not writer.put(records, timeout_s=0.2):
+            self._finish(consumer, writer)
+            if self._stop.is_set():
+                return
+        self._queued += sum(len(r) for r in records.values())
+
+    def _finish(
+        self,
+        consumer: Consumer,
+        writer: BatchWriter[Batch, tuple[int, Rejected]],
+        *,
+        wait: bool = False,
+        raising: bool = True,
+    ) -> None:
+        """Count the batches the writer has written and commit their offsets (after waiting
+        for every batch handed over, with ``wait``); then raise the writer's error, if any."""
+        if wait:
+            writer.drain()
+        for records, (inserted, rejected) in writer.take():
+            self._positions.update(self._archived(consumer, records, inserted, rejected))
+        if raising and writer.failure is not None:
+            self._queued = 0  # dropped by the failure
+            raise writer.failure
+
+    def _archived(
+        self, consumer: Consumer, records: Batch, inserted: int, rejected: Rejected
     ) -> dict[TP, int]:
-        """Write one batch (one transaction), then commit its offsets, then trim."""
-        inserted = self._write(records)
+        """A batch is in the database: count it, commit its offsets, then trim."""
         nexts: dict[TP, int] = {}
         for stream, recs in records.items():
             for rec in recs:
                 tp = (stream, int(rec.partition or 0))
                 nexts[tp] = max(nexts.get(tp, 0), int(rec.offset or 0) + 1)
         count = sum(len(r) for r in records.values())
-        meter.add(count)
+        self._queued -= count
+        self._meter.add(count)
         if TELEMETRY is not None:
             TELEMETRY.archive(self.group, records)
-        self.stats = replace(
-            self.stats,
-            records=self.stats.records + count,
-            inserted=self.stats.inserted + inserted,
-            batches=self.stats.batches + 1,
-        )
+        self._count(records=count, inserted=inserted, batches=1)
+        self._rejected(rejected)  # committed: count and report them once
         self._offsets.archived(consumer, nexts)
         return nexts
 
-    def _write(self, records: dict[str, list[Record]]) -> int:
-        """Write with retries and backoff; Kafka offsets wait until this returns."""
+    def _write(self, records: Batch, halt: threading.Event) -> tuple[int, Rejected]:
+        """Write one batch in one transaction, with retries and backoff until ``halt`` (the
+        writer thread); Kafka offsets wait until this returns."""
         delay = 0.1
         while True:
-            rejected: list[tuple[list[Record], StoreError]] = []
+            rejected: Rejected = []
             try:
                 if isinstance(self.store, ArchiveStore):
                     also = self._typed(records, rejected)
-                    inserted = self.store.store_batches(records, also=also)
-                    self._rejected(rejected)  # committed: count and report them once
-                    return inserted
-                return sum(self.store.store_all(s, recs) for s, recs in records.items())
+                    return self.store.store_batches(records, also=also), rejected
+                return sum(self.store.store_all(s, recs) for s, recs in records.items()), rejected
             except StoreError as exc:
-                if not exc.retriable or self._stop.is_set():
+                if not exc.retriable or halt.is_set():
                     raise
-                self.stats = replace(self.stats, retries=self.stats.retries + 1)
+                self._count(retries=1)
                 log.warning("archive write failed, retrying in %.1fs: %s", delay, exc)
-                if self._stop.wait(delay):
+                if halt.wait(delay):
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
 
-    def _typed(
-        self, records: dict[str, list[Record]], rejected: list[tuple[list[Record], StoreError]]
-    ) -> Callable[[Any], None] | None:
+    def _count(self, **more: int) -> None:
+        """Add to the counters of ``stats`` (the loop and the writer thread both count)."""
+        with self._stats_lock:
+            now = self.stats
+            self.stats = replace(now, **{k: getattr(now, k) + v for k, v in more.items()})
+
+    def _set_stats(self, stats: ArchiverStats) -> None:
+        with self._stats_lock:
+            self.stats = stats
+
+    def _typed(self, records: Batch, rejected: Rejected) -> Callable[[Any], None] | None:
         """Write the typed tables of streams with a serde, in the store's transaction; the
         records whose typed rows the database refuses go to ``rejected``."""
         typed = {s: recs for s, recs in records.items() if s in self.serdes and recs}
@@ -390,10 +506,10 @@ class Archiver(Closing):
 
         return write
 
-    def _rejected(self, rejected: list[tuple[list[Record], StoreError]]) -> None:
+    def _rejected(self, rejected: Rejected) -> None:
         """Count and report typed rows the database refused, once their batch is committed."""
         for recs, error in rejected:
-            self.stats = replace(self.stats, typed_rejected=self.stats.typed_rejected + len(recs))
+            self._count(typed_rejected=len(recs))
             self._report_error(str(error), error)
 
     def _report_error(self, summary: str, error: BaseException | None) -> None:
@@ -425,14 +541,16 @@ class Archiver(Closing):
             if target is None
             else sum(max(0, e - positions.get(tp, 0)) for tp, e in target.items())
         )
-        self.stats = replace(
-            self.stats,
-            elapsed_s=now - meter.started,
-            records_per_s=meter.rate(now),
-            lag=lag,
-            caught_up=caught_up,
-            positions=dict(positions),
-        )
+        with self._stats_lock:
+            self.stats = replace(
+                self.stats,
+                elapsed_s=now - meter.started,
+                records_per_s=meter.rate(now),
+                lag=lag,
+                caught_up=caught_up,
+                queued=self._queued,
+                positions=dict(positions),
+            )
         if self.progress is not None:
             try:
                 self.progress(self.stats)
