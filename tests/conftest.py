@@ -18,6 +18,22 @@ import sqlalchemy as sa
 from bolide.facade import Cluster, StreamConfig
 from tests.aio.adapter import SYNC, Api, LoopThread, aio_api
 
+#: Test folders whose files share a heavy session resource (one SparkSession and one standalone
+#: cluster per process): under pytest-xdist they run in one worker, not one copy per worker.
+_ONE_WORKER = ("tests/spark/",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (``./dev test``) a file's tests stay in one worker,
+    so module fixtures start once, and the folders in ``_ONE_WORKER`` share one worker."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        group = next((folder for folder in _ONE_WORKER if path.startswith(folder)), path)
+        item.add_marker(pytest.mark.xdist_group(group or item.nodeid.split("::")[0]))
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A thread a failed test left running must not keep the interpreter (and CI) alive: name

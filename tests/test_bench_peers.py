@@ -11,16 +11,22 @@ from benchmarks._common import Context, Ratio
 from bolide.facade import Cluster
 from bolide.facade.cli.main import main as cli_main
 
-_PUBLISHERS = [
-    "bolide publish_async",
-    "bolide publish_many",
+_PEERS = [
     "confluent-kafka",
     "aiokafka",
     "kafka-python",
     "FastStream (confluent)",
     "FastStream (aiokafka)",
 ]
-_CONSUMERS = ["bolide poll", *_PUBLISHERS[2:]]
+_PUBLISHERS = [
+    "bolide publish_async",
+    "bolide publish_many",
+    "bolide publish_async (Quix's settings)",
+    *_PEERS,
+    "Quix Streams (its defaults)",
+    "Quix Streams (bolide's settings)",
+]
+_CONSUMERS = ["bolide poll", *_PEERS, "Quix Streams (StreamingDataFrame)"]
 #: Tansu refuses aiokafka's idempotent producer id; FastStream's aiokafka broker then leaves
 #: that producer's connection for the garbage collector (a failed row, not a bolide leak).
 _PEER_LEAKS = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -47,9 +53,9 @@ def _quick(cluster: Cluster) -> tuple[list[dict[str, object]], list[Ratio]]:
 
 
 def _check_ratios(rows: list[dict[str, object]], ratios: list[Ratio]) -> None:
-    """One ratio per measured client: bolide's per-record figure over that client's."""
-    ours = {r["work"]: r["rate"] for r in rows if r["client"] in ("bolide publish_async",
-                                                                  "bolide poll")}  # fmt: skip
+    """One ratio per measured client: bolide's per-record figure over that client's, bolide's
+    with Quix's settings for Quix with its own."""
+    rate = {(r["work"], r["client"]): r["rate"] for r in rows}
     measured = {
         (r["work"], r["client"]): r["rate"]
         for r in rows
@@ -59,7 +65,10 @@ def _check_ratios(rows: list[dict[str, object]], ratios: list[Ratio]) -> None:
     for ratio in ratios:
         work = ratio.metric.split()[0]
         assert ratio.reference_value == measured[(work, ratio.reference)]
-        assert ratio.bolide_value == ours[work]
+        ours = "bolide poll" if work == "consume" else "bolide publish_async"
+        if ratio.reference == "Quix Streams (its defaults)":
+            ours = "bolide publish_async (Quix's settings)"
+        assert ratio.bolide_value == rate[(work, ours)]
         assert ratio.target == (0.9 if ratio.reference == "confluent-kafka" else 1.0)
 
 
@@ -87,6 +96,11 @@ def test_a_missing_peer_is_a_skipped_row(
 ) -> None:
     _needs_peers(cluster)
     monkeypatch.setitem(sys.modules, "kafka", None)  # kafka-python cannot be imported
+
+    def no_quix() -> None:
+        raise RuntimeError("could not set up quixstreams: no index")
+
+    monkeypatch.setattr(bench_peers, "quix_python", no_quix)
     rows, ratios = _quick(cluster)
     skipped = [r for r in rows if r["rate"] is None]
     missing = [r for r in skipped if r["client"] == "kafka-python"]
@@ -94,9 +108,15 @@ def test_a_missing_peer_is_a_skipped_row(
     assert all(
         r["skipped"] == "not installed (kafka): pip install 'bolide[bench]'" for r in missing
     )
+    no_venv = [r for r in skipped if str(r["client"]).startswith("Quix")]
+    assert [r["client"] for r in no_venv] == [*_PUBLISHERS[-2:], _CONSUMERS[-1]]
+    assert {r["skipped"] for r in no_venv} == {"could not set up quixstreams: no index"}
     if not embedded_broker:
-        assert skipped == missing  # every other client measured
-    assert "kafka-python" not in {r.reference for r in ratios}
+        # every other client measured
+        assert {(r["work"], r["client"]) for r in skipped} == {
+            (r["work"], r["client"]) for r in missing + no_venv
+        }
+    assert not {"kafka-python", *_PUBLISHERS[-2:]} & {r.reference for r in ratios}
     _check_ratios(rows, ratios)
 
 

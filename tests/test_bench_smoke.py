@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_eos, bench_facade, bench_load, bench_outbox, run_all
+from benchmarks import bench_eos, bench_facade, bench_load, bench_outbox, bench_producer, run_all
 from bolide.facade import Cluster
 from bolide.facade.cli.main import main as cli_main
 
@@ -86,6 +86,26 @@ def test_load_benchmark_reports_latency_percentiles(
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
+def test_producer_benchmark_puts_latency_beside_throughput_for_each_linger(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the benchmark's --bootstrap carries no security settings")
+    argv = ["--bootstrap", cluster.bootstrap_servers, "--json", "--quick"]
+    assert bench_producer.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["rows"]
+    assert [r["linger_ms"] for r in rows] == list(bench_producer.LINGERS)
+    assert [r["linger_ms"] for r in rows if r["default"]] == [1]  # bolide's linger.ms
+    for row in rows:
+        numbers = [v for k, v in row.items() if k.endswith(("_rate", "_ms")) and k != "linger_ms"]
+        assert len(numbers) == 6 and all(math.isfinite(v) and v > 0 for v in numbers), row
+    assert len(doc["ratios"]) == len(rows)
+    assert "producer" in run_all.available() and "producer" in run_all.KNOWN
+
+
+@pytest.mark.kafka
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_exactly_once_benchmark_reports_ratios(
@@ -118,7 +138,7 @@ def test_outbox_benchmark_reports_each_relay_against_publish_async(
         pytest.skip("the benchmark's --bootstrap carries no security settings")
     assert bench_outbox.main(["--bootstrap", cluster.bootstrap_servers, "--json", "--quick"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["benchmark"] == "outbox" and doc["data"]["records"] == 500
+    assert doc["benchmark"] == "outbox" and doc["records"] == 500
     ratios = {r["metric"]: r for r in doc["ratios"]}
     assert set(ratios) == {
         f"{mode} relay, {database}"

@@ -17,6 +17,8 @@ from bolide.facade import BrokerError, Cluster, EmbeddedBroker
 from bolide.facade.broker import resolve_engine
 from bolide.facade.broker.apache import kafka_unavailable
 from bolide.facade.broker.jars import KAFKA, Artifacts, fetch
+from bolide.facade.kafka import broker_setting
+from bolide.testing.plugin import cluster_backend
 
 needs_kafka = pytest.mark.skipif(
     kafka_unavailable() is not None, reason=f"Apache Kafka cannot run here: {kafka_unavailable()}"
@@ -180,21 +182,48 @@ def test_the_broker_command_prints_its_address_and_stops_on_sigterm(
 
 
 @pytest.mark.kafka
-def test_the_embedded_kafka_forms_a_new_group_at_once(
-    bolide_backend: tuple[str, Cluster],
+@needs_kafka
+def test_the_broker_command_runs_kafkas_stock_group_settings(tmp_path: Path) -> None:
+    """``bolide broker --group-settings stock``: a broker with Apache Kafka's own group
+    defaults (a 6 s session floor), as a production cluster runs them."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "bolide.facade.cli", "broker", "--engine", "kafka"]
+    command += ["--port", str(port), "--log", str(tmp_path / "b.log"), "--group-settings", "stock"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert "kafka broker (1 node) listening on" in proc.stdout.readline()
+        cluster = Cluster(f"127.0.0.1:{port}")
+        assert broker_setting(cluster, "group.min.session.timeout.ms") == "6000"
+        assert broker_setting(cluster, "group.initial.rebalance.delay.ms") == "3000"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    refused = subprocess.run(
+        [*command[:3], "broker", "--engine", "tansu", "--group-settings", "stock"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "group_settings='stock' needs the Apache Kafka engine" in refused.stderr
+
+
+def test_group_settings_are_checked_and_apply_to_apache_kafka_only(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A development broker does not hold a new group's first join back (Kafka's default
-    ``group.initial.rebalance.delay.ms`` is 3 s), so a first grouped poll returns as soon as
-    the group is formed."""
-    from confluent_kafka.admin import ConfigResource, ResourceType
-
-    from bolide.facade.kafka import admin_client
-
-    name, cluster = bolide_backend
-    if name != "kafka":
-        pytest.skip("a setting of the embedded Apache Kafka broker")
-    admin = admin_client(cluster)
-    broker_id = next(iter(admin.list_topics(timeout=10).brokers))
-    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
-    configs = admin.describe_configs([resource])[resource].result(timeout=30)
-    assert configs["group.initial.rebalance.delay.ms"].value == "0"
+    """Which group settings the broker runs is tested in tests/pubsub/test_stock_groups.py."""
+    with pytest.raises(ValueError, match="group_settings must be one of fast, stock"):
+        EmbeddedBroker(engine="kafka", group_settings="slow")  # type: ignore[arg-type]
+    with pytest.raises(BrokerError, match="group_settings='stock' needs the Apache Kafka"):
+        EmbeddedBroker(engine="tansu", group_settings="stock")
+    monkeypatch.delenv("BOLIDE_TEST_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("BOLIDE_TEST_ENGINE", "kafka")
+    monkeypatch.setenv("BOLIDE_TEST_GROUP_SETTINGS", "slow")
+    with pytest.raises(pytest.UsageError, match="BOLIDE_TEST_GROUP_SETTINGS must be fast or stock"):
+        next(cluster_backend())

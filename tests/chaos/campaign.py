@@ -2,7 +2,8 @@
 ``minutes``, then healing, a drain, the final reads and the checks.
 
 Whatever happens (the end, an error, Ctrl-C, SIGTERM) every process the run started ends with
-it, and what the history holds so far is checked and reported.
+it, and what the history holds so far is checked and reported. Ctrl-C (SIGINT) interrupts a
+run even when it was started with SIGINT ignored, as a shell starts a background command.
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def run(
     runner = History(folder / "runner.jsonl", "runner")
     runner.add("campaign", seed=seed, minutes=minutes, workloads=workloads, kinds=list(kinds))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Started with SIGINT ignored (a shell's background command, ``nohup ./dev test &``),
+    # Python raises no KeyboardInterrupt: Ctrl-C would not end the faults. The run takes it.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     parts = _Parts(EmbeddedBroker(
         engine="kafka", brokers=3, broker_settings=REPLICATED, heap="512m",
         log_path=folder / "broker.log", startup_timeout_s=180,
@@ -184,6 +188,7 @@ def run(
         return _check(folder, parts, chosen, seed, minutes, interrupted, db)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         parts.end()
         runner.close()
 

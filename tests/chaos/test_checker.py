@@ -272,4 +272,39 @@ def test_a_share_group_counts_unacked_records_and_deliveries_not_counted_up(
         "stuck": 1,
         "duplicates": 2,
         "delivery-count-not-rising": 1,
+        "ack-unlogged": 0,
     }
+
+
+def test_a_share_member_killed_while_acking_leaves_no_record_stuck_unless_read_again(
+    tmp_path: Path,
+) -> None:
+    producer = History(tmp_path / "producer.jsonl", "producer")
+    _published(producer, "share", [(0, 0), (0, 1), (0, 2)])
+    producer.close()
+
+    def read(o: int) -> tuple[str, dict[str, object]]:
+        return ("read", {"p": 0, "o": o, "value": f"share-{o}", "deliveries": 1})
+
+    events = _events(
+        tmp_path,
+        {
+            # Killed while acking 0 and 1: 0 is never read again (the broker took the ack),
+            # 1 is (the ack never arrived) and is acked then.
+            "share-1.1": [read(0), read(1), ("acking", {"values": ["share-0", "share-1"]})],
+            # Killed while acking 2, which is read again and never acked: stuck.
+            "share-2.1": [read(2), ("acking", {"values": ["share-2"]})],
+            "share-2.2": [
+                read(1),
+                read(2),
+                ("acking", {"values": ["share-1"]}),
+                ("ack", {"values": ["share-1"]}),
+            ],
+        },
+    )
+    share = WORKLOADS["share"]
+    assert share.done(events) == {"share-0", "share-1"}
+    topic = {(0, o): (f"share-{o}", {}) for o in range(3)}
+    counts = check_share(share, events, topic)
+    assert counts["stuck"] == 1  # share-2
+    assert counts["ack-unlogged"] == 1  # share-0

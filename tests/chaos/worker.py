@@ -112,13 +112,12 @@ def stream(name: str, partitions: int) -> StreamConfig:
 
 def _subscriber(args: argparse.Namespace, **extra: Any) -> Subscriber:
     config = SubscriberConfig(
-        **extra,
         stream=stream(args.topic, args.partitions),
         group=args.group,
         lease_timeout_ms=LEASE_MS,
         max_batch=50,
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
-        error_handler=lambda summary, error: None,
+        **({"error_handler": lambda summary, error: None} | extra),
     )
     return Subscriber(Cluster(args.bootstrap), config)
 
@@ -270,6 +269,7 @@ def run_share(args: argparse.Namespace, history: History) -> None:
                 history.add("read", p=r.partition, o=r.offset, value=value,
                             deliveries=r.delivery_count)  # fmt: skip
             if values:
+                history.add("acking", values=values)  # killed from here on: ack unknown
                 sub.confirm()
                 history.add("ack", values=values)
 
@@ -293,7 +293,8 @@ def run_outbox(args: argparse.Namespace, history: History) -> None:
 
 def run_par(args: argparse.Namespace, history: History) -> None:
     """A parallel receiver (key order) with retry tiers: every seventh record fails its first
-    call in each process and goes through the tiers while its key waits behind it."""
+    call in each process and goes through the tiers while its key waits behind it. Its error
+    reports go to the history (``error``), so that a stall or a lost lease shows its cause."""
     failed: set[str] = set()
     lock = threading.Lock()
 
@@ -309,8 +310,12 @@ def run_par(args: argparse.Namespace, history: History) -> None:
         value, key = (r.data or b"").decode(), (r.key or b"").decode()
         history.add("dead", value=value, key=key, error=type(error).__name__)
 
+    def report(summary: str, error: BaseException | None) -> None:
+        detail = None if error is None else f"{type(error).__name__}: {error}"[:300]
+        history.add("error", summary=summary[:300], error=detail)
+
     tiers = [RetryTier(delay_s=0.5), RetryTier(delay_s=1.0)]
-    with _subscriber(args) as sub:
+    with _subscriber(args, error_handler=report) as sub:
         sub.attach_receiver(
             handler, concurrency=8, max_in_flight=200, dead_letter=dead,
             retry=Retry(attempts=1, backoff_s=0, tiers=tiers),

@@ -31,7 +31,11 @@
     acknowledged record acked by a member (none stuck). Records delivered again (a member
     killed or paused past its lock) are allowed and counted as duplicates; so are those
     delivered again without a higher ``delivery_count`` (after a share-partition leader
-    change, which forgets the deliveries of records acquired then).
+    change, which forgets the deliveries of records acquired then). A member logs ``acking``
+    before it acks and ``ack`` once the ack returned; records of an ``acking`` whose member
+    was killed before its ``ack`` count as acked when no member read them again (an ack that
+    never reached the broker has them delivered again once their lock expires), counted as
+    ``ack-unlogged``.
 ``outbox``
     the transactional outbox: a writer adds one row per database transaction, two relays
     publish them in Kafka transactions. Promise, read with ``read_committed``: every committed
@@ -116,7 +120,8 @@ class Workload:
         if self.name == "outbox":
             return _relayed(events, self)
         if self.name == "share":
-            return {v for e in mine if e["type"] == "ack" for v in e["values"]}
+            acked = {v for e in mine if e["type"] == "ack" for v in e["values"]}
+            return acked | _acked_unlogged(mine)
         if self.name == "durable":
             clients = [{e["value"] for e in mine if e["type"] == "read" and _slot(e) == slot}
                        for slot in range(1, self.workers + 1)]  # fmt: skip
@@ -136,7 +141,9 @@ WORKLOADS = {
     "durable": Workload("durable", allowed=frozenset({"duplicates"})),
     # A share-partition leader that changes forgets the deliveries of records acquired then:
     # they come again with the same count (Kafka's behaviour), counted, not failed.
-    "share": Workload("share", allowed=frozenset({"duplicates", "delivery-count-not-rising"})),
+    "share": Workload(
+        "share", allowed=frozenset({"duplicates", "delivery-count-not-rising", "ack-unlogged"})
+    ),
     "outbox": Workload("outbox"),
     "eos": Workload("eos"),
     "sql": Workload("sql"),
@@ -311,10 +318,30 @@ def check_durable(workload: Workload, events: list[Event], topic: Scan) -> dict[
     }
 
 
+def _acked_unlogged(events: list[Event]) -> set[str]:
+    """Values a share member was acking (``acking``) when it was killed, before it logged
+    ``ack``, that no member read again afterwards: the broker took the ack. An ack that never
+    reached it leaves the records acquired, delivered again once their acquisition lock
+    expires (seconds, well within the drain), and then read again here."""
+    logged = {v for e in events if e["type"] == "ack" for v in e["values"]}
+    last_read: dict[str, float] = {}
+    for e in events:
+        if e["type"] == "read":
+            last_read[e["value"]] = max(e["t"], last_read.get(e["value"], 0.0))
+    return {
+        v
+        for e in events
+        if e["type"] == "acking"
+        for v in e["values"]
+        if v not in logged and last_read.get(v, 0.0) <= e["t"]
+    }
+
+
 def check_share(workload: Workload, events: list[Event], topic: Scan) -> dict[str, int]:
     acked = acknowledged(events, workload)
     written = set(in_stream(acked, topic))
     done = workload.done(events)
+    mine = [e for e in events if e["proc"].startswith("share-")]
     reads = [e for e in events if e["type"] == "read" and e["proc"].startswith("share-")]
     times = Counter(e["value"] for e in reads)
     counts: dict[str, int] = {}
@@ -329,6 +356,7 @@ def check_share(workload: Workload, events: list[Event], topic: Scan) -> dict[st
         "stuck": sum(1 for v in written if v not in done),
         "duplicates": sum(n - 1 for n in times.values()),
         "delivery-count-not-rising": not_rising,
+        "ack-unlogged": len(_acked_unlogged(mine) & written),
     }
 
 

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bolide.facade import Cluster, Record, StreamConfig, Subscriber, SubscriberConfig
+from bolide.facade import (
+    Cluster,
+    NotAssignedError,
+    Record,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
 from bolide.stores import SqlPositions, SqlStore
 from tests.conftest import eventually
 from tests.history.test_positions import EARLIEST, LEASE_MS, ledger, poll_count, publish, ungrouped
@@ -201,3 +208,33 @@ def test_a_member_of_an_earlier_claim_is_refused(
             with store.engine.begin() as conn:
                 second.confirm(conn=conn)
     assert positions.positions("shared", stream.name) == {0: 4}
+
+
+def test_a_confirm_on_a_partition_not_held_rolls_its_effects_back(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
+) -> None:
+    """A record read, then its partition given up (a handler still running across a
+    revocation): its confirm through ``conn`` raises, so the effects written beside it roll
+    back instead of committing without their position; once the partition is held again and
+    the record read again, its effects and its confirm commit together."""
+    stream = stream_factory()
+    publish(cluster, stream, 4)
+    positions = SqlPositions(store)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    table = ledger(store)
+    with Subscriber(cluster, grouped(stream, group, positions)) as sub:
+        records = poll_count(sub, 4)
+        sub.deactivate()
+        with pytest.raises(NotAssignedError, match="not held"), store.engine.begin() as conn:
+            conn.execute(table.insert().values(value=records[2].value))
+            sub.confirm(records[2].offset, partition=0, conn=conn)
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+        assert positions.positions(group, stream.name) in ({}, {0: 0})
+        sub.reactivate()
+        again = poll_count(sub, 4)
+        assert [r.offset for r in again] == [0, 1, 2, 3]
+        with store.engine.begin() as conn:
+            conn.execute(table.insert().values(value=again[2].value))
+            sub.confirm(again[2].offset, partition=0, conn=conn)
+    assert positions.positions(group, stream.name) == {0: 3}

@@ -33,6 +33,8 @@ def run_in_terminal(
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BOLIDE_", "NO_COLOR"))}
     env.update(BOLIDE_BOOTSTRAP=cluster.bootstrap_servers, TERM="xterm-256color")
+    # Rich takes COLUMNS and LINES over the terminal's size (pytest-xdist's workers set them).
+    env.update(COLUMNS=str(columns), LINES=str(LINES))
     proc = subprocess.Popen(
         [sys.executable, "-m", "bolide.facade.cli", *args],
         stdin=slave,
@@ -80,9 +82,10 @@ def test_top_renders_streams_lag_bars_and_refreshes(
     assert "update 1" not in screen and "update 2" not in screen
     lines = screen.splitlines()
     assert any(line.startswith("streams") for line in lines), screen
-    stream_row = next(line for line in lines if stream.name in line and group not in line)
+    stream_row = next((line for line in lines if stream.name in line and group not in line), "")
     assert [c.strip() for c in stream_row.split("│")[1:-1]] == [stream.name, "1", "10", "0.0"]
-    lag_row = next(line for line in lines if group in line)
+    lag_row = next((line for line in lines if group in line), None)
+    assert lag_row is not None, screen
     cells = [c.strip() for c in lag_row.split("│")[1:-1]]
     assert cells[:6] == [group, stream.name, "0", "4", "10", "6"], lag_row
     # Proportional to the lag: 6 records draw a sliver of the bar, not all of it.

@@ -8,15 +8,52 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import Consumer, TopicPartition
+
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
+from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER
 from tests.reliability.conftest import group_name, members, rng
 
 # The kill test's fixtures (worker processes, seeded kill points) come from the reliability
 # suite, whose worker has a ``parallel`` mode.
-__all__ = ["LEASE_MS", "Log", "fresh_group", "group_name", "members", "publish_keyed", "rng"]
+__all__ = [
+    "LEASE_MS",
+    "Log",
+    "confirm_source",
+    "fresh_group",
+    "group_name",
+    "members",
+    "publish_keyed",
+    "rng",
+    "tier_copy",
+]
 
 #: Grouped subscribers in these tests: the embedded broker's join takes half of it.
 LEASE_MS = 4_000
+
+
+def tier_copy(
+    cluster: Cluster, stream: str, tier: str, key: bytes, origin: int, attempts: int
+) -> None:
+    """A copy of ``stream``'s record ``origin`` (partition 0) in ``tier``, as a receiver
+    writes it: for tests that set the tiers' state up themselves."""
+    headers = [
+        (ORIGIN_HEADER, f"{stream}/0/{origin}".encode()),
+        (ATTEMPTS_HEADER, b"%d" % attempts),
+    ]
+    with Publisher(cluster, PublisherConfig(stream=StreamConfig(name=tier, partitions=1))) as pub:
+        pub.publish_async(Record(b"%d" % origin, key=key, headers=headers, partition=0)).result(60)
+
+
+def confirm_source(cluster: Cluster, group: str, topic: str, offset: int) -> None:
+    """Commit ``group``'s offset of ``topic`` partition 0, as a member that moved its
+    records to the tiers would have."""
+    owner = Consumer(cluster.client_config(CONSUMER_DEFAULTS, {"group.id": group}))
+    try:
+        owner.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        owner.close()
 
 
 def fresh_group() -> str:

@@ -161,7 +161,8 @@ def test_parked_records_survive_a_restart_in_order(cluster, stream_factory):
         others = sum(1 for k in keys.values() if k != b"k1")
         eventually(lambda: stuck.count() == others, 60)
         eventually(lambda: receiver.metrics().parked == len(k1), 30)
-        eventually(lambda: high_watermark(cluster, second, first[0]) == 1, 30)
+        # In the second tier: its copy, and those of k1's records read after it moved there.
+        eventually(lambda: high_watermark(cluster, second, first[0]) >= 1, 30)
         assert stuck.of(b"k1") == []
         # The source is confirmed past the parked records: they are in the tiers now.
         eventually(lambda: sum(committed(cluster, group, stream.name, 2).values()) == 60, 30)

@@ -69,7 +69,8 @@ class Member:
             SubscriberConfig(
                 stream=stream,
                 group=group,
-                lease_timeout_ms=10_000,
+                # The default lease: tests/pubsub/test_stock_groups.py runs these members on
+                # Kafka's stock group settings too.
                 consumer_config=PROTOCOLS[protocol],
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from confluent_kafka.admin import NewPartitions
 
 from bolide.facade import (
+    AuthenticationError,
     Cluster,
     InitialOffsetScheme,
     Publisher,
@@ -18,7 +21,14 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.kafka import ensure_topic, forget_topic
+from bolide.facade.kafka import (
+    admin_client,
+    ensure_topic,
+    forget_topic,
+    log_starts,
+    partition_count,
+    probe_consumer,
+)
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.kafka
@@ -76,6 +86,42 @@ def test_an_existing_topic_is_used_as_it_is(
         ensure_topic(cluster, StreamConfig(name=made.name, partitions=2))
 
 
+def test_a_topic_known_to_one_client_identity_is_described_again_as_another(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """What one set of credentials learnt of a topic does not stand for another on the same
+    servers: the other's describe meets its own refusal (here SASL the broker cannot speak)
+    when the client starts, not on every record later."""
+    stream = stream_factory()
+    ensure_topic(cluster, stream)
+    other = Cluster(
+        cluster.bootstrap_servers,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "u",
+            "sasl.password": "p",
+        },
+    )
+    with pytest.raises(AuthenticationError):
+        ensure_topic(other, stream)
+    with pytest.raises(AuthenticationError):
+        Publisher(other, PublisherConfig(stream=stream))
+
+
+def test_forgetting_a_topic_forgets_it_for_every_client_identity(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    stream = stream_factory()
+    another = cluster.replace(**{"client.id": "another-identity"})
+    assert ensure_topic(cluster, stream) == ensure_topic(another, stream) == 1
+    admin = admin_client(cluster)  # grown behind bolide's back
+    admin.create_partitions([NewPartitions(stream.name, 2)])[stream.name].result(30)
+    eventually(lambda: partition_count(admin, stream.name) == 2, 30)
+    forget_topic(cluster, stream.name)
+    assert ensure_topic(another, stream) == 2
+
+
 def test_a_missing_topic_is_created_with_one_partition(
     cluster: Cluster, stream_factory: Callable[..., StreamConfig]
 ) -> None:
@@ -84,3 +130,19 @@ def test_a_missing_topic_is_created_with_one_partition(
     assert ensure_topic(cluster, stream) == 1
     forget_topic(cluster, stream.name)
     assert ensure_topic(cluster, replace(stream, global_order=True)) == 1
+
+
+def test_offsets_of_a_topic_another_client_is_creating_are_waited_for(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """A partition missing from this client's metadata for a moment (a topic another client
+    just created, a node that restarted and has not caught up) is asked again, not refused."""
+    stream = stream_factory(partitions=1)
+    creator = threading.Timer(1.0, ensure_topic, args=(cluster, stream))
+    consumer = probe_consumer(cluster)
+    try:
+        creator.start()
+        assert log_starts(consumer, stream.name, [0], cluster=cluster) == {0: 0}
+    finally:
+        creator.join()
+        consumer.close()

@@ -29,8 +29,10 @@ from bolide.facade import (
     StreamConfig,
     Subscriber,
     SubscriberConfig,
+    new_subscriber,
 )
 from bolide.facade.deadletter import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
+from bolide.facade.errors import NotForThisKindError
 from bolide.facade.features import broker_features
 from tests.conftest import ack_polled, eventually
 
@@ -206,6 +208,26 @@ def test_settling_rules(
         sub.seek(0)
     with pytest.raises(IllegalSubscriberStateError, match="records, not offsets"):
         sub.confirm(0)
+
+
+def test_every_way_of_building_a_share_member_gives_one_without_positions(
+    share_cluster: Cluster, stream: StreamConfig, members: list[ShareSubscriber]
+) -> None:
+    config = _config(stream, f"g-{stream.name}")
+    built = [ShareSubscriber(share_cluster, config), new_subscriber(share_cluster, config)]
+    members.extend(built)
+    _member(share_cluster, config, members)  # Subscriber(...), as it always has
+    assert all(type(member) is ShareSubscriber for member in members)
+    sub = members[0]
+    assert not hasattr(sub, "seek")
+    with pytest.raises(NotForThisKindError, match="seek does not apply to a share group") as seek:
+        sub.seek(0)  # type: ignore[attr-defined]
+    assert isinstance(seek.value, AttributeError)
+    assert seek.value.stream == stream.name
+    with pytest.raises(NotForThisKindError, match=r"Publisher.confirm\(subscriber\)"):
+        sub.transaction_sources()  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="no attribute 'seekk'"):
+        sub.seekk  # type: ignore[attr-defined]  # noqa: B018
 
 
 _MEMBER = """

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +38,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.facade.kafka import ensure_topic, forget_topic
+from bolide.stores import Archiver, SqlStore
 from tests.conftest import eventually
 from tests.reliability.conftest import LEASE_MS, record_figures
 
@@ -175,3 +178,34 @@ def test_broker_restart(broker: EmbeddedBroker) -> None:
         recovery_s=round(first_read - restarted, 2),
         ungrouped_not_redelivered=len(new_log) - len(resumed),
     )  # fmt: skip
+
+
+def test_an_archiver_started_while_the_broker_does_not_answer_archives_once_it_does(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A started archiver meets a broker that does not answer (a long pause): it reports the
+    failure, starts again with backoff, and archives every record once the broker answers."""
+    cluster = broker.cluster()
+    stream = StreamConfig(name=f"archived-{uuid.uuid4().hex[:8]}", partitions=1)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(10):
+            pub.publish_async(Record(b"%d" % i))
+        assert pub.flush(60) == 0
+    reports: list[str] = []
+    with SqlStore(f"sqlite:///{tmp_path / 'history.db'}") as store:
+        store.upgrade()
+        archiver = Archiver(
+            cluster, store, [stream], group=f"g-{uuid.uuid4().hex[:8]}", max_backoff_s=1.0,
+            error_handler=lambda summary, error: reports.append(summary),
+        )  # fmt: skip
+        (node,) = broker.node_ids
+        broker.pause_node(node)
+        try:
+            archiver.start()
+            eventually(lambda: any("starting again" in r for r in reports), 120)
+        finally:
+            broker.resume_node(node)
+        eventually(lambda: store.largest_offset(stream.name, 0) == 9, 120)
+        stats = archiver.stop()
+    assert stats.records == 10 and stats.retries >= 1
+    assert not any("stopped" in r for r in reports), reports

@@ -5,6 +5,8 @@ broker's floor (``IncompatibleBrokerError`` naming both)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 
@@ -73,6 +75,31 @@ def test_a_user_with_only_describe_gets_an_authorization_error_from_publish(
     assert stream.name in str(caught.value) and "WRITE" in str(caught.value)
 
 
+def test_records_published_after_the_producer_failed_for_good_get_the_cause(
+    secured: EmbeddedBroker, user_factory: UserFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once the idempotent producer's id was refused (no WRITE), the producer has failed for
+    good: every later record, alone or in a batch, is refused with the cause, not "Fatal
+    error"."""
+    stream = new_stream(secured, "orders-describe-only-later")
+    user = user_factory([(ResourceType.TOPIC, stream.name, AclOperation.DESCRIBE)])
+    with (
+        caplog.at_level(logging.ERROR, logger="bolide"),
+        Publisher(user, PublisherConfig(stream=stream)) as pub,
+    ):
+        eventually(
+            lambda: any(f"publisher for {stream.name!r}" in r.getMessage() for r in caplog.records),
+            120,
+        )
+        record = Record(b"one")
+        with pytest.raises(AuthorizationError, match="WRITE") as one:
+            pub.publish(record, 120)
+        assert one.value.record is record and record.offset is None
+        batch = pub.publish_many([Record(b"a"), Record(b"b")])
+        with pytest.raises(AuthorizationError, match="WRITE"):
+            batch.result(120)
+
+
 def test_a_wrong_password_is_an_authentication_error(secured: EmbeddedBroker) -> None:
     stream = new_stream(secured, "orders-wrong-password")
     secured.add_user("mallory", "right-password")
@@ -85,7 +112,9 @@ def test_a_wrong_password_is_an_authentication_error(secured: EmbeddedBroker) ->
     assert "sasl.password" in str(caught.value)
 
 
-def test_a_wrong_password_is_an_authentication_error_from_poll(secured: EmbeddedBroker) -> None:
+def test_a_wrong_password_is_an_authentication_error_for_a_subscriber(
+    secured: EmbeddedBroker,
+) -> None:
     stream = new_stream(secured, "orders-wrong-password-poll")
     secured.add_user("mallory-sub", "right-password")
     wrong = secured.cluster(**{"sasl.username": "mallory-sub", "sasl.password": "wrong"})
@@ -145,6 +174,20 @@ def test_a_user_without_any_acl_on_the_topic_is_refused_when_the_publisher_start
         Publisher(user, PublisherConfig(stream=stream))
     assert caught.value.resource_type == "topic" and caught.value.resource == stream.name
     assert "DESCRIBE" in str(caught.value)
+
+
+def test_a_topic_another_user_made_in_this_process_is_described_again_as_this_one(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    """What one user learnt of a topic is not taken as known by another: a user without
+    any ACL on it is refused when the publisher starts, not later, on every record."""
+    stream = StreamConfig(name="orders-made-by-admin", partitions=1)
+    with Publisher(secured.cluster(), PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(b"x"), 120)
+    user = user_factory([])
+    with pytest.raises(AuthorizationError) as caught:
+        Publisher(user, PublisherConfig(stream=stream))
+    assert caught.value.resource_type == "topic" and caught.value.resource == stream.name
 
 
 def test_a_wrong_password_on_a_stream_not_yet_known_is_an_authentication_error(

@@ -7,32 +7,66 @@ tests' readers) pass ``cluster_source_options(cluster)`` of a ``cluster_with_sta
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 pytest.importorskip("pyspark", reason="the Spark tests need the spark extra")
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
+from bolide.testing.spark_cluster import DRIVER_SETTINGS, StandaloneCluster
 from tests.conftest import DATABASES, upgraded_db_url
-from tests.spark.standalone import Sessions, StandaloneCluster
 
 #: The cluster session's settings: small executors, no UI, and a driver that refuses results
 #: over 1 MiB, so a job that collects its rows to the driver fails there.
 CLUSTER_SETTINGS = {
+    **DRIVER_SETTINGS,
     "spark.driver.maxResultSize": "1m",
-    "spark.executor.memory": "512m",
-    "spark.executor.cores": "1",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
 }
+
+
+class Sessions:
+    """The process's one SparkSession: the local one or the cluster's, created on demand.
+
+    Spark allows one SparkContext per process, so asking for the other kind stops the live one.
+    """
+
+    def __init__(self, local_config: dict[str, str]) -> None:
+        self.local_config = local_config
+        self.live: Any = None
+        self.master: str | None = None
+
+    def get(self, master: str, config: dict[str, str] | None = None) -> Any:
+        """The live session when it runs on ``master``, else a new one there."""
+        from bolide.spark import spark_session
+
+        if self.live is not None and self.master == master:
+            return self.live
+        self.stop()
+        # Executors start their Python workers with the driver's PYSPARK_PYTHON: this one.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        settings = {**self.local_config, **(config or {})}
+        self.live = spark_session("bolide-tests", master, config=settings)
+        self.master = master
+        return self.live
+
+    def stop(self) -> None:
+        """Stop the live session, if any."""
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+            self.master = None
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +130,27 @@ def publish(cluster: Cluster, stream: StreamConfig, records: list[Record]) -> li
         for f in futures:
             f.result(30)
     return [(int(r.partition or 0), int(r.offset or 0)) for r in records]
+
+
+def drain(cluster: Cluster, stream: StreamConfig, want: int, timeout_s: float) -> list[Any]:
+    """Read ``want`` messages of ``stream`` from the start, in each partition's order."""
+    topic = stream.name
+    consumer = Consumer(
+        cluster.client_config({"group.id": f"t-{topic}", "enable.auto.commit": False})
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(stream.partitions or 1)])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                continue
+            assert msg.error() is None, msg.error()
+            got.append(msg)
+    finally:
+        consumer.close()
+    return got
 
 
 def sample(n: int, *, prefix: str = "v") -> list[Record]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bolide.facade import BolideError, Cluster, Record, SchemaOutOfDateError, StreamConfig
 from bolide.facade.cli.main import main as cli_main
@@ -21,7 +19,7 @@ from bolide.spark._archive import has_jdbc_driver, jdbc_options, records_by_stre
 from bolide.spark.jobs import resolve_source
 from bolide.stores import SqlStore
 
-from .conftest import publish, sample
+from .conftest import drain, publish, sample
 
 pytestmark = pytest.mark.spark
 
@@ -105,27 +103,6 @@ def _seq_records(groups: dict[str, int], incomplete: str) -> list[Record]:
     return records
 
 
-def _drain(cluster: Cluster, stream: StreamConfig, want: int, timeout_s: float) -> list[Any]:
-    """Read ``want`` messages of ``stream`` from the start, in each partition's order."""
-    topic = stream.name
-    consumer = Consumer(
-        cluster.client_config({"group.id": f"t-{topic}", "enable.auto.commit": False})
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(stream.partitions or 1)])
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(got) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-                continue
-            assert msg.error() is None, msg.error()
-            got.append(msg)
-    finally:
-        consumer.close()
-    return got
-
-
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_resequence_job_orders_shuffled_groups(
@@ -163,8 +140,8 @@ def test_resequence_job_orders_shuffled_groups(
         trigger_interval_s=0.5,
     )
     try:
-        got = _drain(cluster, output, expected, 60)
-        dead_letters = _drain(cluster, dead, 1, 10)
+        got = drain(cluster, output, expected, 60)
+        dead_letters = drain(cluster, dead, 1, 10)
     finally:
         query.stop()
     assert query.exception() is None

@@ -140,6 +140,25 @@ def test_options_mirror_the_kafka_source_names() -> None:
         )
 
 
+def test_the_consumers_group_is_named_as_in_the_kafka_source() -> None:
+    """``groupIdPrefix`` names each consumer's throwaway group, ``kafka.group.id`` one group
+    for all: what an admin grants ``DESCRIBE`` on (a consumer looks its coordinator up)."""
+    base = {"kafka.bootstrap.servers": "b:1", "subscribe": "t"}
+    default = SourceOptions.parse(base, batch=True)
+    assert default.consumer_group().startswith("bolide-spark-")
+    assert default.consumer_group() != default.consumer_group()
+    prefixed = SourceOptions.parse({**base, "groupIdPrefix": "billing"}, batch=True)
+    assert prefixed.consumer_group().startswith("billing-")
+    assert "prefixed 'billing-'" in prefixed.group_acl()
+    named = SourceOptions.parse({**base, "kafka.group.id": "Billing-Spark"}, batch=True)
+    assert named.consumer_group() == "Billing-Spark"
+    assert "group.id" not in named.kafka and "group.id" not in named.cluster().settings
+    assert "group 'Billing-Spark'" in named.group_acl()
+    for empty in ({"groupIdPrefix": " "}, {"kafka.group.id": ""}):
+        with pytest.raises(ValueError, match="must not be empty"):
+            SourceOptions.parse({**base, **empty}, batch=True)
+
+
 def test_the_cluster_reaches_the_workers_through_options() -> None:
     """``Cluster`` -> ``kafka_options`` + ``cluster_source_options`` -> the same ``Cluster``."""
     cluster = Cluster(
