@@ -14,15 +14,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from bolide.facade import Cluster, EmbeddedBroker
 from bolide.facade.broker.jars import KAFKA_VERSION
 
 __all__ = [
+    "DEFAULT_PG",
+    "Command",
     "Context",
     "Ratio",
     "Report",
+    "Skipped",
     "broker_cluster",
     "machine_info",
     "markdown_table",
@@ -32,6 +35,9 @@ __all__ = [
     "summarize",
     "wait_until",
 ]
+
+#: The PostgreSQL a benchmark's database option defaults to (and ``Context.pg_url``).
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @contextmanager
@@ -182,6 +188,11 @@ def _version(value: Any) -> str:
 # -- the protocol run_all speaks to every benchmark module --------------------------------------
 
 
+class Skipped(Exception):
+    """Raised by a benchmark's ``bench(context)`` that cannot run with this context (what it
+    needs is in the message): ``run_all`` reports it skipped, not failed."""
+
+
 @dataclass(frozen=True)
 class Ratio:
     """One headline ratio: bolide's figure against its reference (the raw client, a database's
@@ -228,7 +239,7 @@ class Context:
     cluster: Cluster
     broker: str
     quick: bool = False
-    pg_url: str | None = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    pg_url: str | None = DEFAULT_PG
 
     def say(self, benchmark: str, message: str) -> None:
         """Progress on stderr (the tables go to stdout)."""
@@ -243,7 +254,8 @@ class Report:
         title: One line naming what was measured and with which settings.
         table: The benchmark's own Markdown table (every figure it measured).
         ratios: Its headline ratios with their targets, for the summary across benchmarks.
-        data: Anything else worth keeping in the JSON document (settings, raw figures).
+        data: Anything else worth keeping in the JSON document (settings, raw figures);
+            ``met: False`` in it makes a run alone exit 1 (the targets it gates on missed).
     """
 
     title: str
@@ -291,32 +303,165 @@ def ratios_table(ratios: Sequence[Ratio]) -> str:
     )
 
 
-def standalone(bench: Callable[[Context], Report], argv: Sequence[str] | None, name: str) -> int:
-    """A ``main(argv)`` for a benchmark that only has ``bench``: ``--quick``, ``--bootstrap``,
-    ``--json``; prints its table and ratios."""
-    parser = argparse.ArgumentParser(prog=f"bench_{name}")
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        report = bench(Context(cluster, broker, quick=args.quick))
-    if args.json:
-        print(
-            json.dumps({"benchmark": name, "machine": machine_info(), **report.as_dict()}, indent=2)
-        )
-    else:
-        print(f"## {report.title}\n\n{report.table}\n\n{ratios_table(report.ratios)}")
-    return 0
+#: What ``Context.cluster`` points at in a run that starts no broker: any use fails to resolve.
+NO_BROKER = "no-broker.invalid:9092"
+
+
+def _no_options(parser: argparse.ArgumentParser) -> None:
+    """A benchmark without options of its own."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A benchmark's command line and its ``run_all`` entry, from what only it knows.
+
+    The benchmark declares its own options, the arguments ``--quick`` stands for, and
+    ``measure(context, args) -> Report``; ``main`` does the rest: ``--bootstrap`` (else an
+    embedded broker), ``--quick``, ``--json``, the PostgreSQL option, progress on stderr, the
+    title, table and ratios (or one JSON document) on stdout, and the exit code. ``bench`` runs
+    the same ``measure`` with the defaults (the quick ones when ``context.quick``), so both
+    entries measure alike.
+
+    Attributes:
+        name: The benchmark's name (``bench_<name>.py``).
+        measure: Runs it against ``context.cluster`` with the parsed arguments.
+        options: Adds the benchmark's own options to the parser.
+        quick: The arguments ``--quick`` stands for; options given beside it still win.
+        doc: The module's docstring: its first line is ``--help``'s description.
+        database: The option carrying ``Context.pg_url`` (``"--pg"``), if it has one;
+            ``''`` leaves PostgreSQL out (``Context.pg_url`` is then ``None``).
+        uses_broker: Whether these arguments need Kafka (default: always); when not, no broker
+            starts (``--bootstrap`` is accepted and ignored) and ``context.cluster`` points
+            at ``NO_BROKER``.
+        check: Refuses arguments before any broker starts: ``ValueError`` (a usage error, exit
+            2) or ``Skipped`` (what it needs is missing: exit 2 alone, skipped in ``run_all``).
+        full_run: The arguments a full run under ``run_all`` adds to the defaults, where it
+            measures less than a run alone does.
+    """
+
+    name: str
+    measure: Callable[[Context, argparse.Namespace], Report]
+    options: Callable[[argparse.ArgumentParser], None] = _no_options
+    quick: Sequence[str] = ()
+    doc: str | None = None
+    database: str | None = None
+    uses_broker: Callable[[argparse.Namespace], bool] | None = None
+    check: Callable[[argparse.Namespace], None] | None = None
+    full_run: Sequence[str] = ()
+
+    def parser(self) -> argparse.ArgumentParser:
+        """The shared options, then the benchmark's own."""
+        description = self.doc.split("\n")[0] if self.doc else None
+        parser = argparse.ArgumentParser(prog=f"bench_{self.name}", description=description)
+        parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+        if self.database:
+            parser.add_argument(
+                self.database,
+                default=DEFAULT_PG,
+                help=f"PostgreSQL URL ({DEFAULT_PG}; '' for none)",
+            )
+        parser.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        self.options(parser)
+        return parser
+
+    def arguments(self, argv: Sequence[str]) -> argparse.Namespace:
+        """``argv`` parsed; with ``--quick``, on top of the arguments it stands for."""
+        parser = self.parser()
+        args = parser.parse_args(argv)
+        if args.quick and self.quick:
+            args = parser.parse_args([*self.quick, *argv])
+        if self.check is not None:
+            self.check(args)
+        return args
+
+    def bench(self, context: Context) -> Report:
+        """``run_all``'s entry: ``measure`` with the defaults (and ``full_run``), the quick
+        ones when ``context.quick``."""
+        given = ["--quick"] if context.quick else list(self.full_run)
+        if self.database:
+            given += [self.database, context.pg_url or ""]
+        args = self.arguments(given)
+        report = self.measure(context, args)
+        report.data.setdefault("settings", self._settings(args))
+        return report
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Run alone; return 0, 1 when the report's data says ``met: False``, 2 on a usage
+        error (argparse's own exit 2 included)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            args = self.arguments(argv)
+        except (ValueError, Skipped) as exc:
+            print(f"bench_{self.name}: {exc}", file=sys.stderr)
+            return 2
+        pg_url = (getattr(args, self._dest) or None) if self.database else DEFAULT_PG
+        started = time.monotonic()
+        with self._cluster(args) as (cluster, broker):
+            context = Context(cluster, broker, quick=args.quick, pg_url=pg_url)
+            try:
+                report = self.measure(context, args)
+            except Skipped as exc:
+                print(f"bench_{self.name}: {exc}", file=sys.stderr)
+                return 2
+        elapsed = time.monotonic() - started
+        if args.json:
+            doc = {
+                "benchmark": self.name,
+                "broker": broker,
+                "machine": machine_info(),
+                "elapsed_s": round(elapsed, 1),
+                "settings": self._settings(args),
+                "title": report.title,
+                "ratios": [r.as_dict() for r in report.ratios],
+                **report.data,
+            }
+            print(json.dumps(doc, indent=2))
+        else:
+            print(f"## {report.title}\n\n{report.table}", flush=True)
+            if report.ratios:
+                print(f"\n{ratios_table(report.ratios)}")
+        return 1 if report.data.get("met") is False else 0
+
+    @property
+    def _dest(self) -> str:
+        """The attribute of the parsed arguments that holds the PostgreSQL URL."""
+        return (self.database or "").lstrip("-").replace("-", "_")
+
+    def _settings(self, args: argparse.Namespace) -> dict[str, Any]:
+        """What was measured with: the options but the broker, the database and the output."""
+        return {k: v for k, v in settings_of(args).items() if k != self._dest}
+
+    @contextmanager
+    def _cluster(self, args: argparse.Namespace) -> Iterator[tuple[Cluster, str]]:
+        """``broker_cluster``'s pair, or ``NO_BROKER`` when these arguments need no Kafka."""
+        if self.uses_broker is not None and not self.uses_broker(args):
+            yield Cluster(NO_BROKER), "no broker"
+            return
+        with broker_cluster(args.bootstrap) as found:
+            yield found
+
+
+class Main(Protocol):
+    """A benchmark's ``main``: run it with these arguments (the command line's when ``None``)."""
+
+    def __call__(self, argv: Sequence[str] | None = None) -> int: ...
+
+
+def standalone(bench: Callable[[Context], Report], name: str, doc: str | None = None) -> Main:
+    """The ``main(argv)`` of a benchmark that has only ``bench``: ``Command.main`` with no
+    options of its own (``--quick`` reaches it as ``context.quick``)."""
+    return Command(name, lambda context, _: bench(context), doc=doc).main
 
 
 @contextmanager
 def bench_databases(
-    pg_url: str | None, name: str, *, upgrade: bool = True
+    pg_url: str | None, name: str, *, upgrade: bool = True, sqlite: bool = True
 ) -> Iterator[list[tuple[str, str]]]:
-    """Yield ``[(database, url)]``: a temporary SQLite file and, if ``pg_url`` is reachable, a
-    fresh PostgreSQL schema (dropped afterwards); both upgraded to bolide's schema unless
-    ``upgrade`` is false. ``name`` tags the message when PostgreSQL is skipped."""
+    """Yield ``[(database, url)]``: a temporary SQLite file (unless ``sqlite`` is false) and,
+    if ``pg_url`` is reachable, a fresh PostgreSQL schema (dropped afterwards); both upgraded
+    to bolide's schema unless ``upgrade`` is false. ``name`` tags the message when PostgreSQL
+    is skipped."""
     import tempfile
     import uuid
     from pathlib import Path
@@ -326,7 +471,7 @@ def bench_databases(
     from bolide.stores import SqlStore
 
     with tempfile.TemporaryDirectory(prefix="bolide-bench-") as tmp:
-        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        dbs = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}")] if sqlite else []
         schema = f"bench_{uuid.uuid4().hex[:12]}"
         admin = None
         if pg_url:

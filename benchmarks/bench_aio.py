@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import resource
 import sys
@@ -25,16 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks._common import (
-    Context,
-    Ratio,
-    Report,
-    broker_cluster,
-    machine_info,
-    markdown_table,
-    positive_int,
-    settings_of,
-)
+from benchmarks._common import Command, Context, Ratio, Report, markdown_table, positive_int
 from bolide.facade import (
     Cluster,
     InitialOffsetScheme,
@@ -389,17 +379,13 @@ def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_aio", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=positive_int, default=50_000, help="records per run")
     parser.add_argument("--acked", type=positive_int, default=500, help="records acked one by one")
     parser.add_argument("--repeat", type=positive_int, default=3, help="runs per row (best kept)")
     parser.add_argument("--subscribers", type=positive_int, default=200, help="fan-out size")
     parser.add_argument("--fanout-records", type=positive_int, default=200, help="fan-out records")
     parser.add_argument("--idle-s", type=float, default=3.0, help="quiet time measured")
-    return parser
 
 
 #: ``--quick``: tiny counts, a smoke run.
@@ -407,10 +393,9 @@ QUICK = ["--count", "300", "--acked", "5", "--repeat", "1", "--subscribers", "3"
 QUICK += ["--fanout-records", "3", "--idle-s", "0.2"]
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the same rows; the throughput rows are the headline ratios
-    (asyncio against the sync API, no target)."""
-    args = _parser().parse_args(QUICK if context.quick else [])
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """Every row; the throughput rows are the headline ratios (asyncio against the sync API,
+    no target)."""
     rows = run(
         context.cluster,
         count=args.count,
@@ -425,39 +410,14 @@ def bench(context: Context) -> Report:
         Ratio(NAME, r.metric, "sync API", r.unit, r.sync, r.aio) for r in rows if r.higher_is_better
     ]
     title = f"asyncio: sync vs asyncio API ({context.broker})"
-    return Report(title, table(rows), ratios, {"rows": [asdict(r) for r in rows]})
+    data = {"rows": [{**asdict(r), "ratio": r.ratio} for r in rows]}
+    return Report(title, table(rows), ratios, data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the asyncio benchmark; print a Markdown table (or JSON); return an exit code."""
-    args = _parser().parse_args(argv)
-    started = time.monotonic()
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        rows = run(
-            cluster,
-            count=args.count,
-            acked=args.acked,
-            repeat=args.repeat,
-            subscribers=args.subscribers,
-            fanout_records=args.fanout_records,
-            idle_s=args.idle_s,
-            progress=lambda msg: print(f"[{NAME}] {msg}", file=sys.stderr, flush=True),
-        )
-    elapsed = time.monotonic() - started
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "broker": broker,
-            "machine": machine_info(),
-            "elapsed_s": round(elapsed, 1),
-            "settings": settings_of(args),
-            "rows": [{**asdict(r), "ratio": r.ratio} for r in rows],
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"## asyncio: sync vs asyncio API ({broker}, {elapsed:.0f} s)\n")
-        print(table(rows))
-    return 0
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

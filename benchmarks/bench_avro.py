@@ -4,7 +4,7 @@ Bare fastavro writes and reads the Avro body alone; ``AvroSerde`` adds the Confl
 (magic byte, schema id), the schema-id lookup and the error wrapping. The ratio
 serde/bare says what that costs; the target is >= 0.85.
 
-Run: ``python benchmarks/bench_avro.py [--records N] [--repeat R] [--shape small|order|all]``.
+Run: ``python -m benchmarks.bench_avro [--records N] [--repeat R] [--shape small|order|all]``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import argparse
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from io import BytesIO
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from benchmarks._common import Context, Ratio, Report, markdown_table
+from benchmarks._common import Command, Context, Ratio, Report, markdown_table, positive_int
 from bolide.facade.avro.registry import MemorySchemaRegistry
 from bolide.facade.avro.serde import AvroSerde
 
@@ -150,46 +150,45 @@ NAME = "avro"
 TARGET = 0.85
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: encode and decode of both shapes, each a ratio with its target."""
-    records, repeat = (2_000, 1) if context.quick else (50_000, 5)
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=positive_int, default=50_000)
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    parser.add_argument("--shape", choices=["small", "order", "all"], default="all")
+    parser.add_argument("--target", type=float, default=TARGET)
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """Encode and decode of each shape, each a ratio with its target; ``met`` says whether
+    all reach it."""
+    shapes = ["small", "order"] if args.shape == "all" else [args.shape]
     ratios: list[Ratio] = []
     rows: list[list[Any]] = []
-    for shape in ("small", "order"):
-        result = run(shape, records, repeat)
+    for shape in shapes:
+        context.say(NAME, f"{shape}: {args.records:,} records, best of {args.repeat}")
+        result = run(shape, args.records, args.repeat)
         for op in ("encode", "decode"):
             bare, ours = result[f"{op}_bare_rps"], result[f"{op}_serde_rps"]
             ratios.append(
-                Ratio(NAME, f"{op} {shape}", "bare fastavro", "records/s", bare, ours, TARGET)
+                Ratio(NAME, f"{op} {shape}", "bare fastavro", "records/s", bare, ours, args.target)
             )
             rows.append([shape, op, f"{bare:,.0f}", f"{ours:,.0f}", f"{ours / bare:.2f}x"])
     table = markdown_table(["shape", "op", "bare rec/s", "serde rec/s", "ratio"], rows)
-    return Report(
-        f"avro: AvroSerde vs bare fastavro ({records:,} records, best of {repeat})", table, ratios
-    )
+    title = f"avro: AvroSerde vs bare fastavro ({args.records:,} records, best of {args.repeat})"
+    return Report(title, table, ratios, {"met": all(r.met is not False for r in ratios)})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print a table; return 0, or 1 when a ratio misses the target."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--shape", choices=["small", "order", "all"], default="all")
-    parser.add_argument("--target", type=float, default=0.85)
-    args = parser.parse_args(argv)
-    shapes = ["small", "order"] if args.shape == "all" else [args.shape]
-    ok = True
-    print(f"{'shape':<6} {'op':<7} {'bare rec/s':>12} {'serde rec/s':>12} {'ratio':>6}")
-    for shape in shapes:
-        result = run(shape, args.records, args.repeat)
-        for op in ("encode", "decode"):
-            ratio = result[f"{op}_ratio"]
-            ok = ok and ratio >= args.target
-            print(
-                f"{shape:<6} {op:<7} {result[f'{op}_bare_rps']:>12,.0f} "
-                f"{result[f'{op}_serde_rps']:>12,.0f} {ratio:>6.2f}"
-            )
-    return 0 if ok else 1
+#: ``--quick``: 2,000 records, one run. No broker: ``--bootstrap`` is accepted and ignored.
+COMMAND = Command(
+    NAME,
+    _measure,
+    _options,
+    ["--records", "2000", "--repeat", "1"],
+    __doc__,
+    uses_broker=lambda _: False,
+)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -68,9 +68,7 @@ def bench(context: Context) -> Report:
     return Report(title, table, [], data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark on its own and print its table."""
-    return standalone(bench, argv, NAME)
+main = standalone(bench, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Run ``python -m benchmarks.bench_eos --help`` from the repository root.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import uuid
@@ -27,12 +26,11 @@ from dataclasses import asdict, dataclass
 import sqlalchemy as sa
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
     bench_databases,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
 )
@@ -51,7 +49,6 @@ from bolide.stores import SqlPositions, SqlStore
 __all__ = ["Row", "bench", "main", "run"]
 
 NAME = "eos"
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LEASE_MS = 6_000
 
 
@@ -287,14 +284,28 @@ def table(rows: Sequence[Row]) -> str:
     )  # fmt: skip
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the table, and each row as a ratio (no targets)."""
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=positive_int, default=20_000, help="records (20000)")
+    parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
+    parser.add_argument(
+        "--txn-size", type=positive_int, default=500, help="records per transaction (500)"
+    )
+    parser.add_argument("--batch", type=positive_int, default=500, help="records per poll (500)")
+    parser.add_argument("--repeat", type=positive_int, default=2, help="runs, best kept (2)")
+
+
+#: ``--quick``: 1,000 records, one run.
+QUICK = ["--records", "1000", "--repeat", "1"]
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """The table, and each row as a ratio (no targets)."""
     params = {
-        "records": 1_000 if context.quick else 20_000,
-        "payload": 100,
-        "txn_size": 500,
-        "batch": 500,
-        "repeat": 1 if context.quick else 2,
+        "records": args.records,
+        "payload": args.payload,
+        "txn_size": args.txn_size,
+        "batch": args.batch,
+        "repeat": args.repeat,
     }
     rows = run(context.cluster, **params, pg_url=context.pg_url)
     ratios = [
@@ -309,51 +320,17 @@ def bench(context: Context) -> Report:
         for r in rows
     ]
     title = (
-        f"exactly-once, {params['records']:,} records of {params['payload']} B; best of "
-        f"{params['repeat']}; {context.broker}"
+        f"exactly-once, {args.records:,} records of {args.payload} B; best of "
+        f"{args.repeat}; {context.broker}"
     )
-    return Report(title, table(rows), ratios, {"params": params})
+    data = {"params": params, "rows": [dict(asdict(r), ratio=round(r.ratio, 3)) for r in rows]}
+    return Report(title, table(rows), ratios, data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print a table (or JSON); return the exit code."""
-    parser = argparse.ArgumentParser(prog="bench_eos", description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=positive_int, default=20_000, help="records (20000)")
-    parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
-    parser.add_argument(
-        "--txn-size", type=positive_int, default=500, help="records per transaction (500)"
-    )
-    parser.add_argument("--batch", type=positive_int, default=500, help="records per poll (500)")
-    parser.add_argument("--repeat", type=positive_int, default=2, help="runs, best kept (2)")
-    parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL ('' to skip)")
-    parser.add_argument("--bootstrap", default=None, help="Kafka (default: an embedded broker)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    params = {
-        "records": args.records,
-        "payload": args.payload,
-        "txn_size": args.txn_size,
-        "batch": args.batch,
-        "repeat": args.repeat,
-    }
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        rows = run(cluster, **params, pg_url=args.pg or None)
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "machine": machine_info(),
-            "broker": broker,
-            "params": params,
-            "rows": [dict(asdict(r), ratio=round(r.ratio, 3)) for r in rows],
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(
-        f"Exactly-once, {args.records} records of {args.payload} B; best of {args.repeat}; "
-        f"broker: {broker}\n"
-    )
-    print(table(rows))
-    return 0
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__, database="--pg")
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ Run ``python -m benchmarks.bench_facade --help`` from the repository root, or ``
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,14 +24,12 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
-    settings_of,
     summarize,
 )
 from bolide.facade import (
@@ -92,14 +89,18 @@ class Row:
 # -- set-up ---------------------------------------------------------------------------------
 
 
-def _fresh_topic(cluster: Cluster, label: str) -> StreamConfig:
+def fresh_topic(cluster: Cluster, label: str) -> StreamConfig:
+    """A fresh stream named ``bench-<label>-<random>``, its topic created."""
     stream = StreamConfig(name=f"bench-{label}-{uuid.uuid4().hex[:10]}")
     ensure_topic(cluster, stream)
     return stream
 
 
-def _raw_producer(cluster: Cluster) -> Producer:
-    return Producer(cluster.client_config(PRODUCER_DEFAULTS, {"client.id": "bench-raw"}))
+def raw_producer(cluster: Cluster, producer_config: Mapping[str, Any] | None = None) -> Producer:
+    """A confluent-kafka producer with bolide's defaults, ``producer_config`` over them."""
+    return Producer(
+        cluster.client_config(PRODUCER_DEFAULTS, {"client.id": "bench-raw"}, producer_config)
+    )
 
 
 def _raw_consumer(cluster: Cluster, topic: str, offset: int) -> Consumer:
@@ -130,9 +131,16 @@ def _check_deadline(deadline: float, what: str) -> None:
 # -- throughput -------------------------------------------------------------------------------
 
 
-def raw_publish(cluster: Cluster, topic: str, payload: bytes, count: int) -> float:
-    """Records/s until all ``count`` records are acknowledged (confluent-kafka's own pattern)."""
-    producer = _raw_producer(cluster)
+def raw_publish(
+    cluster: Cluster,
+    topic: str,
+    payload: bytes,
+    count: int,
+    producer_config: Mapping[str, Any] | None = None,
+) -> float:
+    """Records/s until all ``count`` records are acknowledged (confluent-kafka's own pattern);
+    ``producer_config`` over bolide's producer defaults."""
+    producer = raw_producer(cluster, producer_config)
     producer.produce(topic, payload, partition=0)
     producer.flush(10)  # warm-up: connection and idempotent producer id
     acked = 0
@@ -163,7 +171,7 @@ def raw_publish_batch(
 ) -> float:
     """Records/s with ``Producer.produce_batch`` of ``batch`` records and one delivery callback
     for all: the ceiling of ``publish_many`` (confluent-kafka's own batch call)."""
-    producer = _raw_producer(cluster)
+    producer = raw_producer(cluster)
     producer.produce(topic, payload, partition=0)
     producer.flush(10)
     acked = 0
@@ -190,13 +198,21 @@ def raw_publish_batch(
     return count / elapsed
 
 
-def bolide_publish(cluster: Cluster, stream: StreamConfig, payload: bytes, count: int) -> float:
+def bolide_publish(
+    cluster: Cluster,
+    stream: StreamConfig,
+    payload: bytes,
+    count: int,
+    producer_config: Mapping[str, Any] | None = None,
+) -> float:
     """Records/s until all ``count`` records are acknowledged and their futures resolved.
 
     Delivery reports of one partition arrive in order, so the clock stops when ``flush`` has
     returned and the last future has resolved; every future is checked afterwards, untimed.
+    ``producer_config`` replaces bolide's producer defaults where it names them.
     """
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+    config = PublisherConfig(stream=stream, producer_config=dict(producer_config or {}))
+    with Publisher(cluster, config) as pub:
         pub.publish(Record(payload))  # warm-up: connection and idempotent producer id
         futures: list[Future[int]] = []
         append = futures.append
@@ -358,11 +374,11 @@ def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> list[Row
         0.0,
     )  # fmt: skip
     for _ in range(repeat):
-        raw_stream = _fresh_topic(cluster, "raw")
+        raw_stream = fresh_topic(cluster, "raw")
         best["raw_pub"] = max(
             best["raw_pub"], raw_publish(cluster, raw_stream.name, payload, count)
         )
-        batch_topic = _fresh_topic(cluster, "raw-batch").name
+        batch_topic = fresh_topic(cluster, "raw-batch").name
         best["raw_batch"] = max(
             best["raw_batch"], raw_publish_batch(cluster, batch_topic, payload, count)
         )
@@ -371,7 +387,7 @@ def throughput(cluster: Cluster, size: int, count: int, repeat: int) -> list[Row
             ("bolide_many", bolide_publish_many),
             ("bolide_produce", bolide_produce),
         ):
-            rate = publish(cluster, _fresh_topic(cluster, "bolide"), payload, count)
+            rate = publish(cluster, fresh_topic(cluster, "bolide"), payload, count)
             best[key] = max(best[key], rate)
         # Both read the same topic (count + 1 warm-up record each).
         best["raw_poll"] = max(best["raw_poll"], raw_poll(cluster, raw_stream.name, count + 1))
@@ -401,7 +417,7 @@ class _RawPair:
 
     def __init__(self, cluster: Cluster, topic: str) -> None:
         self.topic = topic
-        self.producer = _raw_producer(cluster)
+        self.producer = raw_producer(cluster)
         self.consumer = _raw_consumer(cluster, topic, 0)
 
     def send(self, payload: bytes) -> None:
@@ -473,8 +489,8 @@ def _alternate(
 def latency(cluster: Cluster, size: int, samples: int) -> tuple[list[float], list[float]]:
     """End-to-end ms from publish to poll, one record in flight, raw and bolide alternating."""
     payload = bytes(size)
-    raw = _RawPair(cluster, _fresh_topic(cluster, "lat-raw").name)
-    bolide = _BolidePair(cluster, _fresh_topic(cluster, "lat-bolide"))
+    raw = _RawPair(cluster, fresh_topic(cluster, "lat-raw").name)
+    bolide = _BolidePair(cluster, fresh_topic(cluster, "lat-bolide"))
     try:
         return _alternate(raw, bolide, payload, samples)
     finally:
@@ -490,7 +506,7 @@ class _RawEcho(_RawPair):
         self.request = request
         self._stop = threading.Event()
         self._echo_in = _raw_consumer(cluster, request, 0)
-        self._echo_out = _raw_producer(cluster)
+        self._echo_out = raw_producer(cluster)
         self._thread = threading.Thread(target=self._echo, name="bench-raw-echo", daemon=True)
         self._thread.start()
 
@@ -540,10 +556,10 @@ def round_trip(cluster: Cluster, size: int, samples: int) -> tuple[list[float], 
     """Request/reply ms with one request in flight, raw and bolide alternating."""
     payload = bytes(size)
     raw = _RawEcho(
-        cluster, _fresh_topic(cluster, "req-raw").name, _fresh_topic(cluster, "rep-raw").name
+        cluster, fresh_topic(cluster, "req-raw").name, fresh_topic(cluster, "rep-raw").name
     )
     bolide = _BolideEcho(
-        cluster, _fresh_topic(cluster, "req-bolide"), _fresh_topic(cluster, "rep-bolide")
+        cluster, fresh_topic(cluster, "req-bolide"), fresh_topic(cluster, "rep-bolide")
     )
     try:
         return _alternate(raw, bolide, payload, samples)
@@ -613,15 +629,34 @@ def table(rows: Sequence[Row]) -> str:
     return markdown_table(headers, body)
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the whole table, and the throughput rows as ratios with targets."""
-    settings: dict[str, Any] = (
-        {"count": 2_000, "repeat": 1, "latency_samples": 5, "round_trips": 5}
-        if context.quick
-        else {"count": 50_000, "repeat": 3, "latency_samples": 200, "round_trips": 100}
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--count", type=positive_int, default=50_000, help="records per throughput run"
     )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=3, help="throughput runs per side (best)"
+    )
+    parser.add_argument(
+        "--latency-samples", type=positive_int, default=200, help="per side and size"
+    )
+    parser.add_argument("--round-trips", type=positive_int, default=100, help="requests per side")
+
+
+#: ``--quick``: tiny counts, a smoke run.
+QUICK = ["--count", "2000", "--repeat", "1", "--latency-samples", "5", "--round-trips", "5"]
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """The whole table, and the throughput rows as ratios with targets."""
     started = time.monotonic()
-    rows = run(context.cluster, **settings, progress=lambda msg: context.say(NAME, msg))
+    rows = run(
+        context.cluster,
+        count=args.count,
+        repeat=args.repeat,
+        latency_samples=args.latency_samples,
+        round_trips=args.round_trips,
+        progress=lambda msg: context.say(NAME, msg),
+    )
     ratios = [
         Ratio(
             NAME,
@@ -636,59 +671,19 @@ def bench(context: Context) -> Report:
         if r.higher_is_better
     ]
     title = (
-        f"facade: raw confluent-kafka vs bolide ({settings['count']:,} records x "
-        f"{settings['repeat']}, best kept; {context.broker}, {time.monotonic() - started:.0f} s)"
+        f"facade: raw confluent-kafka vs bolide ({args.count:,} records x "
+        f"{args.repeat}, best kept; {context.broker}, {time.monotonic() - started:.0f} s)"
     )
-    return Report(title, table(rows), ratios, {"settings": settings})
+    data = {
+        "rows": [{**asdict(r), "ratio": r.ratio, "target": r.target, "met": r.met} for r in rows]
+    }
+    return Report(title, table(rows), ratios, data)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_facade", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument(
-        "--count", type=positive_int, default=50_000, help="records per throughput run"
-    )
-    parser.add_argument(
-        "--repeat", type=positive_int, default=3, help="throughput runs per side (best)"
-    )
-    parser.add_argument(
-        "--latency-samples", type=positive_int, default=200, help="per side and size"
-    )
-    parser.add_argument("--round-trips", type=positive_int, default=100, help="requests per side")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the facade benchmark; print a Markdown table (or JSON); return an exit code."""
-    args = _parser().parse_args(argv)
-    started = time.monotonic()
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        rows = run(
-            cluster,
-            count=args.count,
-            repeat=args.repeat,
-            latency_samples=args.latency_samples,
-            round_trips=args.round_trips,
-            progress=lambda msg: print(f"[{NAME}] {msg}", file=sys.stderr, flush=True),
-        )
-    elapsed = time.monotonic() - started
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "broker": broker,
-            "machine": machine_info(),
-            "elapsed_s": round(elapsed, 1),
-            "settings": settings_of(args),
-            "rows": [
-                {**asdict(r), "ratio": r.ratio, "target": r.target, "met": r.met} for r in rows
-            ],
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"## facade: raw confluent-kafka vs bolide ({broker}, {elapsed:.0f} s)\n")
-        print(table(rows))
-    return 0
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

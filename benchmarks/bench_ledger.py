@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -192,9 +192,7 @@ def bench(context: Context) -> Report:
     return Report(title, markdown_table(headers, rows), [], data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: ``--quick``, ``--bootstrap``, ``--json``."""
-    return standalone(bench, argv, NAME)
+main = standalone(bench, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -14,20 +14,17 @@ Run ``python -m benchmarks.bench_load --help`` from the repository root, or ``bo
 from __future__ import annotations
 
 import argparse
-import json
 import struct
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._common import (
+    Command,
     Context,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
     settings_of,
@@ -161,26 +158,7 @@ def table(result: dict[str, Any]) -> str:
     return markdown_table(["latency (ms)", "min", "p50", "p95", "p99", "max"], rows)
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the latency table (latency has no ratio to a raw path here)."""
-    settings: dict[str, Any] = (
-        {"seconds": 1, "rate": 100, "publishers": 1, "subscribers": 1, "warmup_s": 0.0}
-        if context.quick
-        else {"seconds": 15, "rate": 2_000, "publishers": 8, "subscribers": 8, "warmup_s": 3.0}
-    )
-    context.say(NAME, str(settings))
-    result = run(context.cluster, **settings)
-    title = (
-        f"load: publish-to-read latency, {settings['publishers']} publishers, "
-        f"{settings['subscribers']} subscribers, {settings['rate']} records/s "
-        f"({result['records']} records, {result['throughput_per_s']} records/s)"
-    )
-    return Report(title, table(result), [], {"settings": settings, **result})
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_load", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=positive_int, default=15, help="length of the run")
     parser.add_argument("--rate", type=positive_int, default=2_000, help="records/s in total")
     parser.add_argument("--publishers", type=positive_int, default=8)
@@ -188,41 +166,36 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warmup-s", type=float, default=3.0, help="seconds left out of 'after warm-up'"
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the load benchmark; print a Markdown table (or JSON); return an exit code."""
-    args = _parser().parse_args(argv)
-    settings = settings_of(args)
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        print(f"[{NAME}] {settings}", file=sys.stderr, flush=True)
-        result = run(
-            cluster,
-            seconds=args.seconds,
-            rate=args.rate,
-            publishers=args.publishers,
-            subscribers=args.subscribers,
-            warmup_s=args.warmup_s,
-        )
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "broker": broker,
-            "machine": machine_info(),
-            "settings": settings,
-            **result,
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        print(
-            f"## load: publish-to-read latency, {args.publishers} publishers, "
-            f"{args.subscribers} subscribers, {args.rate} records/s ({broker})\n"
-        )
-        print(f"{result['records']} records, {result['throughput_per_s']} records/s\n")
-        print(table(result))
-    return 0
+#: ``--quick``: a one-second run of one publisher and one subscriber.
+QUICK = ["--seconds", "1", "--rate", "100", "--publishers", "1", "--subscribers", "1"]
+QUICK += ["--warmup-s", "0"]
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """The latency table (latency has no ratio to a raw path here)."""
+    context.say(NAME, str(settings_of(args)))
+    result = run(
+        context.cluster,
+        seconds=args.seconds,
+        rate=args.rate,
+        publishers=args.publishers,
+        subscribers=args.subscribers,
+        warmup_s=args.warmup_s,
+    )
+    title = (
+        f"load: publish-to-read latency, {args.publishers} publishers, "
+        f"{args.subscribers} subscribers, {args.rate} records/s "
+        f"({result['records']} records, {result['throughput_per_s']} records/s; {context.broker})"
+    )
+    return Report(title, table(result), [], result)
+
+
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -19,22 +19,20 @@ Run ``python -m benchmarks.bench_meteor --help`` from the repository root, or ``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
 )
@@ -229,10 +227,15 @@ def run(
     return best
 
 
-def _settings(quick: bool) -> dict[str, int]:
-    if quick:
-        return {"publishers": 4, "subscribers": 16, "per_publisher": 250, "repeat": 1}
-    return {"publishers": 4, "subscribers": 16, "per_publisher": 12_500, "repeat": 3}
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--publishers", type=positive_int, default=4)
+    parser.add_argument("--subscribers", type=positive_int, default=16)
+    parser.add_argument("--per-publisher", type=positive_int, default=12_500)
+    parser.add_argument("--repeat", type=positive_int, default=3, help="runs per side (best)")
+
+
+#: ``--quick``: 250 records per publisher, one run per side.
+QUICK = ["--per-publisher", "250", "--repeat", "1"]
 
 
 def _report(best: dict[str, float], settings: dict[str, int], broker: str) -> Report:
@@ -267,42 +270,21 @@ def _report(best: dict[str, float], settings: dict[str, int], broker: str) -> Re
     return Report(title, table, [ratio], {"settings": settings, "deliveries_per_s": best})
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry."""
-    settings = _settings(context.quick)
-    best = run(context.cluster, **settings, progress=lambda msg: context.say(NAME, msg))
-    return _report(best, settings, context.broker)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print a table (or JSON); return 0."""
-    parser = argparse.ArgumentParser(prog="bench_meteor", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument("--publishers", type=positive_int, default=4)
-    parser.add_argument("--subscribers", type=positive_int, default=16)
-    parser.add_argument("--per-publisher", type=positive_int, default=12_500)
-    parser.add_argument("--repeat", type=positive_int, default=3, help="runs per side (best)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+def _measure(context: Context, args: argparse.Namespace) -> Report:
     settings = {
         "publishers": args.publishers,
         "subscribers": args.subscribers,
         "per_publisher": args.per_publisher,
         "repeat": args.repeat,
     }
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        best = run(
-            cluster,
-            **settings,
-            progress=lambda msg: print(f"[{NAME}] {msg}", file=sys.stderr, flush=True),
-        )
-    report = _report(best, settings, broker)
-    if args.json:
-        doc = {"benchmark": NAME, "machine": machine_info(), **report.as_dict()}
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"## {report.title}\n\n{report.table}")
-    return 0
+    best = run(context.cluster, **settings, progress=lambda msg: context.say(NAME, msg))
+    return _report(best, settings, context.broker)
+
+
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
 
 from benchmarks._common import Context, Ratio, Report, bench_databases, markdown_table, standalone
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
@@ -119,9 +118,7 @@ def bench(context: Context) -> Report:
     return Report(title, table, ratios, {"records": count, "reference_rec_s": reference})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: ``--quick``, ``--bootstrap``, ``--json``."""
-    return standalone(bench, argv, NAME)
+main = standalone(bench, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -17,25 +17,22 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import random
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
-    settings_of,
 )
 from bolide.facade import (
     Cluster,
@@ -131,9 +128,7 @@ def paired(
     return a, b
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_parallel", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=positive_int, action="append", help="I/O levels (1, 8, 32, 128)"
     )
@@ -147,24 +142,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeat", type=positive_int, default=3, help="I/O runs per level")
     parser.add_argument("--cpu-repeat", type=positive_int, default=7, help="CPU-free runs per side")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print a table (or JSON); return 0, or 1 when a target is missed."""
-    args = _parser().parse_args(argv)
-    # Closing a run with records in flight abandons them on purpose: no warning per run.
-    logger = logging.getLogger("bolide.facade.parallel")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        return _run(args)
-    finally:
-        logger.setLevel(level)
+#: ``--quick``: short runs, one of each, concurrency 1 and 8.
+QUICK = ["--io-seconds", "0.2", "--cpu-records", "5000", "--repeat", "1", "--cpu-repeat", "1",
+         "--concurrency", "8"]  # fmt: skip
 
 
-def _measure(cluster: Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _rows(cluster: Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every row of the benchmark, measured on ``cluster``."""
     levels = sorted(set(args.concurrency or [1, 8, 32, 128]) | {1})
     sleep_s = args.sleep_ms / 1000
@@ -253,16 +238,6 @@ def _ratios(rows: list[dict[str, Any]]) -> list[Ratio]:
     return out
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the same rows, with the ratios for the summary."""
-    argv = ["--io-seconds", "0.2", "--cpu-records", "5000", "--repeat", "1", "--cpu-repeat", "1",
-            "--concurrency", "8"] if context.quick else []  # fmt: skip
-    args = _parser().parse_args(argv)
-    rows = _measure(context.cluster, args)
-    title = f"parallel receiver (1 partition, {args.keys:,} keys, key order; {context.broker})"
-    return Report(title, _table(rows), _ratios(rows), {"rows": rows})
-
-
 def _table(rows: list[dict[str, Any]]) -> str:
     headers = ["handler", "concurrency", "records", "result", "ratio", "target", "met"]
     table = [
@@ -281,34 +256,32 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return markdown_table(headers, table)
 
 
-def _run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        rows = _measure(cluster, args)
-    elapsed = time.monotonic() - started
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """The rows, with the ratios for the summary; ``met`` says whether every target holds."""
+    # Closing a run with records in flight abandons them on purpose: no warning per run.
+    logger = logging.getLogger("bolide.facade.parallel")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        rows = _rows(context.cluster, args)
+    finally:
+        logger.setLevel(level)
+    title = (
+        f"parallel receiver (1 partition, {args.keys:,} keys, key order; medians of "
+        f"{args.repeat} I/O and {args.cpu_repeat} no-work runs; {context.broker})"
+    )
+    text = (
+        f"{_table(rows)}\n\nratio: I/O rows, rate / (concurrency x the single-thread rate); "
+        "no-work rows, time / time at concurrency 1."
+    )
     met = all(row["met"] is not False for row in rows)
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "broker": broker,
-            "machine": machine_info(),
-            "elapsed_s": round(elapsed, 1),
-            "settings": settings_of(args),
-            "rows": rows,
-            "met": met,
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        print(
-            f"## parallel receiver (1 partition, {args.keys:,} keys, key order; medians of "
-            f"{args.repeat} I/O and {args.cpu_repeat} no-work runs; {broker}, {elapsed:.0f} s)\n"
-        )
-        print(_table(rows))
-        print(
-            "\nratio: I/O rows, rate / (concurrency x the single-thread rate); "
-            "no-work rows, time / time at concurrency 1."
-        )
-    return 0 if met else 1
+    return Report(title, text, _ratios(rows), {"rows": rows, "met": met})
+
+
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

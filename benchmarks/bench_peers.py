@@ -29,30 +29,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
-    ratios_table,
 )
+from benchmarks._steady import SteadyClock
 from benchmarks.bench_facade import bolide_publish, bolide_publish_many, raw_publish
 from bolide.facade import Cluster, InitialOffsetScheme, StreamConfig, Subscriber, SubscriberConfig
+from bolide.facade.broker.jars import cache_dir
 from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic
 
-__all__ = ["PEERS", "Row", "bench", "main", "missing_peers"]
+__all__ = ["PEERS", "QUIX", "QUIX_PRODUCER", "Row", "bench", "main", "missing_peers", "quix_python"]
 
 NAME = "peers"
 SIZE = 100
@@ -61,6 +64,16 @@ _TIMEOUT_S = 120.0
 #: The Python clients compared, by import name, with the distribution that provides each.
 PEERS = {"aiokafka": "aiokafka", "kafka": "kafka-python", "faststream": "faststream"}
 _INSTALL = "pip install 'bolide[bench]'"
+#: Quix Streams, measured from a virtualenv of its own: it pins ``confluent-kafka<2.13``, which
+#: bolide cannot import. ``quix_python`` installs this there on first use.
+QUIX = "quixstreams==3.28.*"
+#: Quix's producer settings (librdkafka's defaults: ``linger.ms=5``, no idempotence) as
+#: bolide's ``producer_config``, for bolide measured with the peer's settings.
+QUIX_PRODUCER = {"linger.ms": 5, "enable.idempotence": False}
+#: The ``needs`` of the rows that run through ``quix_python``.
+_QUIX_NEEDS = "quixstreams (own virtualenv)"
+#: The repository root, the working directory of ``python -m benchmarks.quix_peer``.
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def missing_peers() -> list[str]:
@@ -157,48 +170,49 @@ def _faststream_broker(kind: str, bootstrap: str, *, publisher: bool) -> Any:
     return AiokafkaBroker(bootstrap, **settings)
 
 
+# -- Quix Streams, in its own virtualenv ------------------------------------------------------
+
+
+def quix_python() -> Path:
+    """The Python of a virtualenv with ``QUIX`` installed (``$BOLIDE_CACHE/peers``), created on
+    first use; ``RuntimeError`` saying why when it cannot be (no index reachable, no venv)."""
+    home = cache_dir() / "peers" / QUIX.replace("==", "-").replace(".*", "")
+    python, stamp = home / "bin" / "python", home / ".complete"
+    if stamp.exists() and python.exists():
+        return python
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(home)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", QUIX],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode:
+            reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:160]
+            raise RuntimeError(f"could not set up {QUIX} in {home}: {reason}")
+    stamp.touch()
+    return python
+
+
+def _quix(work: str, bootstrap: str, topic: str, count: int, *extra: str) -> float:
+    """Records/s of ``benchmarks.quix_peer`` ``work``, run by ``quix_python``."""
+    command = [str(quix_python()), "-m", "benchmarks.quix_peer", work, "--bootstrap", bootstrap,
+               "--topic", topic, "--count", str(count), *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+    done = subprocess.run(command, cwd=_ROOT, env=env, capture_output=True, text=True,
+                          timeout=3 * _TIMEOUT_S, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"])
+
+
 # -- consuming --------------------------------------------------------------------------------
-
-
-class _SteadyClock:
-    """Records/s of a reader in its steady state: from the batch that brings the ``warm``-th
-    record (a tenth of the run, at most 1,000) to the ``total``-th, so that connecting, joining
-    a group and the first fetches are left out of every side alike (a reader whose first batch
-    waits to fill up and one that returns the first record at once start equal)."""
-
-    def __init__(self, total: int, timeout_s: float) -> None:
-        self.total = total
-        self.timeout_s = timeout_s
-        self.warm = max(1, min(1000, total // 10))
-        self.seen = 0
-        self.warm_at = 0.0
-        self.warm_count = 0
-        self.deadline = time.monotonic() + timeout_s
-        self.started = time.perf_counter()
-
-    def count(self, records: int) -> bool:
-        """Count a batch; true once ``total`` records were seen (``TimeoutError`` past the
-        timeout)."""
-        self.seen += records
-        if not self.warm_count and self.seen >= self.warm:
-            self.warm_at, self.warm_count = time.perf_counter(), self.seen
-        if time.monotonic() > self.deadline:
-            raise TimeoutError(f"{self.seen} of {self.total} records read in {self.timeout_s} s")
-        return self.seen >= self.total
-
-    def rate(self) -> float:
-        """Records/s after the warm-up; since the start when one batch brought them all."""
-        now = time.perf_counter()
-        if self.seen > self.warm_count:
-            return (self.seen - self.warm_count) / (now - self.warm_at)
-        return self.seen / (now - self.started)
 
 
 def _raw_consume(cluster: Cluster, topic: str, total: int) -> float:
     consumer = Consumer(cluster.client_config(CONSUMER_DEFAULTS, {"group.id": uuid.uuid4().hex}))
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        clock = _SteadyClock(total, _TIMEOUT_S)
+        clock = SteadyClock(total, _TIMEOUT_S)
         while True:
             seen = 0
             for msg in consumer.consume(min(_BATCH, total - clock.seen), 1.0):
@@ -216,7 +230,7 @@ def _bolide_consume(cluster: Cluster, topic: str, total: int) -> float:
         stream=StreamConfig(name=topic), initial_offset_scheme=InitialOffsetScheme.EARLIEST
     )
     with Subscriber(cluster, config) as sub:
-        clock = _SteadyClock(total, _TIMEOUT_S)
+        clock = SteadyClock(total, _TIMEOUT_S)
         while True:
             seen = 0
             for record in sub.poll(1000):
@@ -238,7 +252,7 @@ async def _aiokafka_consume(bootstrap: str, topic: str, total: int) -> float:
         partition = AioPartition(topic, 0)
         consumer.assign([partition])
         await consumer.seek_to_beginning(partition)
-        clock = _SteadyClock(total, _TIMEOUT_S)
+        clock = SteadyClock(total, _TIMEOUT_S)
         while True:
             seen = 0
             batches = await consumer.getmany(partition, timeout_ms=1000, max_records=_BATCH)
@@ -263,7 +277,7 @@ def _kafka_python_consume(bootstrap: str, topic: str, total: int) -> float:
         partition = KpPartition(topic, 0)
         consumer.assign([partition])
         consumer.seek_to_beginning(partition)
-        clock = _SteadyClock(total, _TIMEOUT_S)
+        clock = SteadyClock(total, _TIMEOUT_S)
         while True:
             seen = 0
             for messages in consumer.poll(timeout_ms=1000, max_records=_BATCH).values():
@@ -278,7 +292,7 @@ def _kafka_python_consume(bootstrap: str, topic: str, total: int) -> float:
 
 async def _faststream_consume(kind: str, bootstrap: str, topic: str, total: int) -> float:
     broker = _faststream_broker(kind, bootstrap, publisher=False)
-    clock = _SteadyClock(total, _TIMEOUT_S)
+    clock = SteadyClock(total, _TIMEOUT_S)
     done = asyncio.Event()
 
     @broker.subscriber(  # type: ignore[misc]
@@ -327,12 +341,18 @@ def _publishers(cluster: Cluster, count: int) -> list[tuple[str, str, Callable[[
                                                                 payload, count)),
         ("bolide publish_many", "", lambda t: bolide_publish_many(cluster, StreamConfig(name=t),
                                                                   payload, count, _BATCH)),
+        ("bolide publish_async (Quix's settings)", "",
+         lambda t: bolide_publish(cluster, StreamConfig(name=t), payload, count, QUIX_PRODUCER)),
         ("confluent-kafka", "", lambda t: raw_publish(cluster, t, payload, count)),
         ("aiokafka", "aiokafka",
          lambda t: _sync(lambda: _aiokafka_publish(boot, t, payload, count))()),
         ("kafka-python", "kafka", lambda t: _kafka_python_publish(boot, t, payload, count)),
         ("FastStream (confluent)", "faststream", faststream("confluent")),
         ("FastStream (aiokafka)", "faststream", faststream("aiokafka")),
+        ("Quix Streams (its defaults)", _QUIX_NEEDS,
+         lambda t: _quix("publish", boot, t, count, "--size", str(SIZE), "--settings", "quix")),
+        ("Quix Streams (bolide's settings)", _QUIX_NEEDS,
+         lambda t: _quix("publish", boot, t, count, "--size", str(SIZE), "--settings", "bolide")),
     ]  # fmt: skip
 
 
@@ -348,6 +368,8 @@ def _consumers(cluster: Cluster) -> list[tuple[str, str, Callable[[str, int], fl
          lambda t, n: _sync(lambda: _faststream_consume("confluent", boot, t, n))()),
         ("FastStream (aiokafka)", "faststream",
          lambda t, n: _sync(lambda: _faststream_consume("aiokafka", boot, t, n))()),
+        ("Quix Streams (StreamingDataFrame)", _QUIX_NEEDS,
+         lambda t, n: _quix("consume", boot, t, n)),
     ]  # fmt: skip
 
 
@@ -357,7 +379,13 @@ def _attempt(
     """Run one measure into ``row`` (best kept); a missing or failing peer skips the row."""
     if row.skipped:
         return
-    if needs:
+    if needs == _QUIX_NEEDS:
+        try:
+            quix_python()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            row.skipped = str(exc)
+            return
+    elif needs:
         try:
             __import__(needs)
         except ImportError as exc:
@@ -393,36 +421,54 @@ def run(cluster: Cluster, count: int, repeat: int, say: Callable[[str], None]) -
     return pub_rows + con_rows
 
 
+#: bolide's row each peer is compared with: its per-record call with its own settings, except
+#: where a peer row names other settings and a bolide row runs with the same ones.
+_OURS = {"publish": "bolide publish_async", "consume": "bolide poll"}
+_SAME_SETTINGS = {"Quix Streams (its defaults)": "bolide publish_async (Quix's settings)"}
+
+
+def _ours(rows: Sequence[Row], row: Row) -> float | None:
+    """bolide's figure to compare ``row`` with (``None`` for bolide's own rows)."""
+    if row.client.startswith("bolide"):
+        return None
+    client = _SAME_SETTINGS.get(row.client, _OURS[row.work])
+    return next(r.rate for r in rows if r.client == client and r.work == row.work)
+
+
 def _ratios(rows: Sequence[Row]) -> list[Ratio]:
     ratios = []
-    for work, ours in (("publish", "bolide publish_async"), ("consume", "bolide poll")):
-        mine = next(r.rate for r in rows if r.client == ours)
-        for row in rows:
-            if row.work != work or row.client.startswith("bolide") or row.rate is None:
-                continue
-            target = 0.9 if row.client == "confluent-kafka" else 1.0
-            ratios.append(Ratio(NAME, f"{work} {SIZE} B vs {row.client}", row.client,
-                                "records/s", row.rate, mine or 0.0, target))  # fmt: skip
+    for row in rows:
+        ours = _ours(rows, row)
+        if ours is None or row.rate is None:
+            continue
+        target = 0.9 if row.client == "confluent-kafka" else 1.0
+        ratios.append(Ratio(NAME, f"{row.work} {SIZE} B vs {row.client}", row.client,
+                            "records/s", row.rate, ours, target))  # fmt: skip
     return ratios
 
 
 def table(rows: Sequence[Row]) -> str:
-    """The Markdown table: every client's records/s and bolide's ratio to it."""
-    mine = {r.work: r.rate for r in rows if r.client in ("bolide publish_async", "bolide poll")}
+    """The Markdown table: every client's records/s and bolide's ratio to it (to bolide with
+    the same settings where a row names them)."""
     body = []
     for r in rows:
         if r.rate is None:
             body.append([r.work, r.client, "skipped", "", r.skipped])
             continue
-        ours = 0.0 if r.client.startswith("bolide") else mine.get(r.work) or 0.0
+        ours = _ours(rows, r) or 0.0
         ratio = f"{ours / r.rate:.2f}x" if ours and r.rate else ""
         body.append([r.work, r.client, f"{r.rate:,.0f}", ratio, ""])
     return markdown_table(["work", "client", "records/s", "bolide/client", "note"], body)
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: every client, alternating, best of 2 (1 when quick)."""
-    count, repeat = (500, 1) if context.quick else (50_000, 2)
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--count", type=positive_int, default=50_000, help="records per run")
+    parser.add_argument("--repeat", type=positive_int, default=2, help="runs per client (best)")
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """Every client, alternating, best of ``--repeat``."""
+    count, repeat = args.count, args.repeat
     rows = run(context.cluster, count, repeat, lambda msg: context.say(NAME, msg))
     title = (
         f"peers: bolide vs the Python Kafka clients ({count:,} records of {SIZE} B, one "
@@ -432,28 +478,11 @@ def bench(context: Context) -> Report:
     return Report(title, table(rows), _ratios(rows), data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: ``--count``, ``--repeat``, ``--quick``, ``--bootstrap``, ``--json``."""
-    parser = argparse.ArgumentParser(prog=f"bench_{NAME}", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument("--count", type=positive_int, default=50_000, help="records per run")
-    parser.add_argument("--repeat", type=positive_int, default=2, help="runs per client (best)")
-    parser.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    count, repeat = (500, 1) if args.quick else (args.count, args.repeat)
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        rows = run(cluster, count, repeat, lambda m: print(f"[{NAME}] {m}", file=sys.stderr))
-    ratios = _ratios(rows)
-    if args.json:
-        doc = {"benchmark": NAME, "broker": broker, "machine": machine_info(), "count": count,
-               "repeat": repeat, "rows": [vars(r) for r in rows],
-               "ratios": [r.as_dict() for r in ratios]}  # fmt: skip
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"## peers ({count:,} records of {SIZE} B, best of {repeat}; {broker})\n")
-        print(f"{table(rows)}\n\n{ratios_table(ratios)}")
-    return 0
+#: ``--quick``: 500 records, one run per client.
+COMMAND = Command(NAME, _measure, _options, ["--count", "500", "--repeat", "1"], __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,9 +201,7 @@ def bench(context: Context) -> Report:
     return Report(title, markdown_table(headers, rows), [], data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: ``--quick``, ``--bootstrap``, ``--json``."""
-    return standalone(bench, argv, NAME)
+main = standalone(bench, NAME, __doc__)
 
 
 if __name__ == "__main__":

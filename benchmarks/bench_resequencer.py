@@ -15,24 +15,21 @@ Run from the repository root: ``python -m benchmarks.bench_resequencer [--record
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
-    settings_of,
 )
 from bolide.facade import (
     Cluster,
@@ -204,9 +201,7 @@ def in_memory(records: list[Record], repeat: int, mode: Mode) -> dict[str, float
 # -- driver -------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_resequencer", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=positive_int, default=50_000, help="records per run")
     parser.add_argument("--max-group", type=positive_int, default=50, help="largest group size")
     parser.add_argument(
@@ -215,18 +210,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=positive_int, default=7, help="runs per side")
     parser.add_argument("--mode", choices=["batch", "stream"], default="batch")
     parser.add_argument("--target", type=float, default=TARGET)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
 
 
-def _measure(
-    cluster: Cluster, args: argparse.Namespace, broker: str
-) -> tuple[str, str, dict[str, Any], float]:
-    """Run both measures; return (title, table, JSON fields, end-to-end ratio)."""
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """Run both measures: the table, and the end-to-end ratio with its target."""
     started = time.monotonic()
     records = shuffled_groups(args.records, args.max_group, args.window)
     memory = in_memory(records, args.repeat, args.mode)
-    e2e = end_to_end(cluster, records, args.repeat, args.mode)
+    e2e = end_to_end(context.cluster, records, args.repeat, args.mode)
     elapsed = time.monotonic() - started
     ratio = e2e["paired_ratio"]
     met = ratio >= args.target
@@ -259,54 +250,33 @@ def _measure(
     ]
     title = (
         f"resequencer ({args.mode} mode, {args.records:,} records, groups of "
-        f"1-{args.max_group} shuffled {args.window} at a time; {broker}, {elapsed:.0f} s)"
+        f"1-{args.max_group} shuffled {args.window} at a time; {context.broker}, {elapsed:.0f} s)"
     )
     headers = ["path", "pass-through rec/s", "resequenced rec/s", "ratio", "target", "met"]
+    headline = Ratio(
+        NAME,
+        "resequenced subscriber (median of pairs)",
+        "pass-through subscriber",
+        "records/s",
+        e2e["passthrough_wall_rps"],
+        e2e["passthrough_wall_rps"] * ratio,
+        args.target,
+    )
     doc = {
-        "elapsed_s": round(elapsed, 1),
-        "settings": settings_of(args),
         "end_to_end": e2e,
         "in_memory": memory,
         "ratio": ratio,
         "target": args.target,
         "met": met,
     }
-    return title, markdown_table(headers, rows), doc, ratio
+    return Report(title, markdown_table(headers, rows), [headline], doc)
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: the table, and the end-to-end ratio with its target."""
-    argv = ["--records", "6000", "--repeat", "1"] if context.quick else []
-    args = _parser().parse_args(argv)
-    title, text, doc, _ = _measure(context.cluster, args, context.broker)
-    e2e = doc["end_to_end"]
-    ratio = Ratio(
-        NAME,
-        "resequenced subscriber (median of pairs)",
-        "pass-through subscriber",
-        "records/s",
-        e2e["passthrough_wall_rps"],
-        e2e["passthrough_wall_rps"] * doc["ratio"],
-        args.target,
-    )
-    return Report(title, text, [ratio], doc)
+#: ``--quick``: 6,000 records, one run per side.
+COMMAND = Command(NAME, _measure, _options, ["--records", "6000", "--repeat", "1"], __doc__)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print a table (or JSON); return 0, or 1 when the target is missed."""
-    args = _parser().parse_args(argv)
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        title, text, doc, ratio = _measure(cluster, args, broker)
-    if args.json:
-        print(
-            json.dumps(
-                {"benchmark": NAME, "broker": broker, "machine": machine_info(), **doc}, indent=2
-            )
-        )
-    else:
-        print(f"## {title}\n")
-        print(text)
-    return 0 if ratio >= args.target else 1
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 
 from benchmarks._common import Context, Ratio, Report, markdown_table, standalone
 from bolide.facade import (
@@ -96,9 +95,7 @@ def bench(context: Context) -> Report:
     return Report(title, table, [ratio], {"records": count})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: ``--quick``, ``--bootstrap``, ``--json``."""
-    return standalone(bench, argv, NAME)
+main = standalone(bench, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -11,37 +11,45 @@ are read three ways, best of ``--repeat`` each:
 
 Spark's times include planning and task start; the first run in a session warms the Python
 workers and is not counted. Run ``python -m benchmarks.bench_spark --help`` from the repository
-root, or ``bolide bench --only spark``.
+root, or ``bolide bench --only spark``. The same jobs on a standalone cluster with 1 and 2
+workers: ``benchmarks/bench_spark_cluster.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
-    broker_cluster,
-    machine_info,
+    Skipped,
     markdown_table,
     positive_int,
-    settings_of,
 )
 from bolide.facade import Cluster, StreamConfig
 from bolide.facade.kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ensure_topic, log_ends
 
-__all__ = ["bench", "main", "run"]
+__all__ = [
+    "PARTITIONS",
+    "bench",
+    "best_seconds",
+    "fill",
+    "main",
+    "needs_pyspark",
+    "run",
+    "stream_options",
+]
 
 KAFKA_ARCHIVE = "archive job into SQLite, Spark's Kafka source"
 BOLIDE_ARCHIVE = "archive job into SQLite, format('bolide')"
@@ -51,7 +59,9 @@ NAME = "spark"
 PARTITIONS = 2
 
 
-def _fill(cluster: Cluster, stream: StreamConfig, records: int, payload: int) -> None:
+def fill(cluster: Cluster, stream: StreamConfig, records: int, payload: int) -> None:
+    """Publish ``records`` of ``payload`` bytes with two headers, round robin over the
+    partitions; wait until all are acknowledged."""
     ensure_topic(cluster, stream)
     producer = Producer(cluster.client_config(PRODUCER_DEFAULTS, {"linger.ms": 5}))
     body = b"x" * payload
@@ -103,7 +113,8 @@ def _raw(cluster: Cluster, stream: StreamConfig, records: int) -> int:
     return total
 
 
-def _best(repeat: int, fn: Callable[[], Any]) -> float:
+def best_seconds(repeat: int, fn: Callable[[], Any]) -> float:
+    """The shortest of ``repeat`` runs of ``fn``, in seconds."""
     best = float("inf")
     for _ in range(repeat):
         began = time.perf_counter()
@@ -121,7 +132,7 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
     stream = StreamConfig(
         name=f"bench-spark-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS, global_order=False
     )
-    _fill(cluster, stream, records, payload)
+    fill(cluster, stream, records, payload)
     spark = spark_session("bolide-bench")
     options = kafka_options(stream, cluster, startingOffsets="earliest", includeHeaders=True)
 
@@ -166,14 +177,16 @@ def run(cluster: Cluster, records: int, payload: int, repeat: int) -> dict[str, 
         _raw(cluster, stream, records)  # warm the broker's cache alike for everyone
         source()  # warm Spark's Python workers
         seconds = {
-            "raw confluent-kafka consumer": _best(repeat, lambda: _raw(cluster, stream, records)),
-            "format('bolide') batch read": _best(repeat, source),
-            BOLIDE_ARCHIVE: _best(repeat, lambda: archive_job("bolide")),
+            "raw confluent-kafka consumer": best_seconds(
+                repeat, lambda: _raw(cluster, stream, records)
+            ),
+            "format('bolide') batch read": best_seconds(repeat, source),
+            BOLIDE_ARCHIVE: best_seconds(repeat, lambda: archive_job("bolide")),
         }
         if has_connector(spark):  # the session adds the jar `bolide fetch spark-kafka` cached
             kafka_source()  # warm its JVM classes
-            seconds["format('kafka') batch read"] = _best(repeat, kafka_source)
-            seconds[KAFKA_ARCHIVE] = _best(repeat, lambda: archive_job("kafka"))
+            seconds["format('kafka') batch read"] = best_seconds(repeat, kafka_source)
+            seconds[KAFKA_ARCHIVE] = best_seconds(repeat, lambda: archive_job("kafka"))
     return {k: {"seconds": v, "records_per_s": records / v} for k, v in seconds.items()}
 
 
@@ -195,14 +208,36 @@ def _table(results: dict[str, Any]) -> str:
     return markdown_table(["reader", "records/s", "seconds", "vs raw", "target", "met"], rows)
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry (``ImportError`` without PySpark, which ``run_all`` reports)."""
-    import pyspark  # noqa: F401 - only checks the extra is installed
+def stream_options(parser: argparse.ArgumentParser) -> None:
+    """``--records`` and ``--payload``: the stream the Spark benchmarks fill and read."""
+    parser.add_argument(
+        "--records", type=positive_int, default=100_000, help="records in the stream"
+    )
+    parser.add_argument(
+        "--payload", type=positive_int, default=100, help="payload bytes per record"
+    )
 
-    records, repeat = (2_000, 1) if context.quick else (100_000, 2)
-    context.say(NAME, f"{records:,} records, best of {repeat}")
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    stream_options(parser)
+    parser.add_argument(
+        "--repeat", type=positive_int, default=2, help="runs per reader (best kept)"
+    )
+
+
+def needs_pyspark(_: argparse.Namespace) -> None:
+    """``Skipped`` naming the extra to install when PySpark is missing."""
+    try:
+        import pyspark  # noqa: F401 - only checks the extra is installed
+    except ImportError:
+        raise Skipped("needs PySpark: pip install 'bolide[spark]'") from None
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """Every reader against the raw consumer; the archive jobs with their targets."""
+    context.say(NAME, f"{args.records:,} records, best of {args.repeat}")
     started = time.monotonic()
-    results = run(context.cluster, records, 100, repeat)
+    results = run(context.cluster, args.records, args.payload, args.repeat)
     raw = results.pop("raw confluent-kafka consumer")
     results = {"raw confluent-kafka consumer": raw, **results}
     ratios = [
@@ -219,57 +254,18 @@ def bench(context: Context) -> Report:
         if name != "raw confluent-kafka consumer"
     ]
     title = (
-        f"spark ({records:,} records of 100 B over {PARTITIONS} partitions, local[2]; "
-        f"{context.broker}, {time.monotonic() - started:.0f} s)"
+        f"spark ({args.records:,} records of {args.payload} B over {PARTITIONS} partitions, "
+        f"local[2]; {context.broker}, {time.monotonic() - started:.0f} s)"
     )
     return Report(title, _table(results), ratios, {"results": results})
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_spark", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
-    parser.add_argument(
-        "--records", type=positive_int, default=100_000, help="records in the stream"
-    )
-    parser.add_argument(
-        "--payload", type=positive_int, default=100, help="payload bytes per record"
-    )
-    parser.add_argument(
-        "--repeat", type=positive_int, default=2, help="runs per reader (best kept)"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return parser
+#: ``--quick``: 2,000 records, one run per reader.
+QUICK = ["--records", "2000", "--repeat", "1"]
+COMMAND = Command(NAME, _measure, _options, QUICK, __doc__, check=needs_pyspark)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print a table (or JSON); return 0 (2 on a usage error)."""
-    args = _parser().parse_args(argv)
-    try:
-        import pyspark  # noqa: F401 - only checks the extra is installed
-    except ImportError:
-        print("bench_spark: needs PySpark: pip install 'bolide[spark]'", file=sys.stderr)
-        return 2
-    started = time.monotonic()
-    with broker_cluster(args.bootstrap) as (cluster, broker):
-        results = run(cluster, args.records, args.payload, args.repeat)
-    elapsed = time.monotonic() - started
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "broker": broker,
-            "machine": machine_info(),
-            "elapsed_s": round(elapsed, 1),
-            "settings": settings_of(args),
-            "results": results,
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(
-        f"## spark ({args.records:,} records of {args.payload} B over {PARTITIONS} partitions, "
-        f"local[2]; {broker}, {elapsed:.0f} s)\n"
-    )
-    print(_table(results))
-    return 0
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

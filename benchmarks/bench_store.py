@@ -23,7 +23,6 @@ Run ``python -m benchmarks.bench_store --help`` from the repository root, or ``b
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import sys
 import time
@@ -35,12 +34,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks._common import (
+    Command,
     Context,
     Ratio,
     Report,
     bench_databases,
-    broker_cluster,
-    machine_info,
     markdown_table,
     positive_int,
 )
@@ -58,10 +56,9 @@ from bolide.stores import Archiver, SqlStore
 from bolide.stores.durable_registry import SqlDurableRegistry
 from bolide.stores.schema import HEADERS, RECORDS
 
-__all__ = ["Row", "bench", "main", "run"]
+__all__ = ["Row", "archive_stream", "bench", "main", "run"]
 
 NAME = "store"
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @dataclass
@@ -254,6 +251,16 @@ def archive(
             fresh = Record(rec.data, key=rec.key, headers=rec.headers)
             pub.publish_async(fresh)
         pub.flush(120)
+    rate, archived = archive_stream(cluster, store, stream, batch)
+    return rate, archived, stream.name
+
+
+def archive_stream(
+    cluster: Cluster, store: SqlStore, stream: StreamConfig, batch: int
+) -> tuple[float, int]:
+    """Archive what ``stream`` holds with a new ``Archiver`` group; (rows/s timed from its
+    first committed batch to caught up, rows archived). The group join, a broker matter, is
+    left out."""
     marks: list[tuple[float, int]] = []
     archiver = Archiver(
         cluster,
@@ -269,8 +276,8 @@ def archive(
     first = next((m for m in marks if m[1] > 0), None)
     end = marks[-1]
     if first is None or end[1] <= first[1]:
-        return 0.0, end[1], stream.name
-    return (end[1] - first[1]) / (end[0] - first[0]), end[1], stream.name
+        return 0.0, end[1]
+    return (end[1] - first[1]) / (end[0] - first[0]), end[1]
 
 
 def _read_all(cluster: Cluster, config: SubscriberConfig, count: int) -> float:
@@ -462,18 +469,38 @@ def table(rows: Sequence[Row]) -> str:
     )
 
 
-def bench(context: Context) -> Report:
-    """``run_all``'s entry: every row, those with a target also as ratios."""
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--records", type=positive_int, default=100_000, help="rows per run (100000)"
+    )
+    parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
+    parser.add_argument("--headers", type=int, default=1, help="headers per record (1)")
+    parser.add_argument(
+        "--batch", type=positive_int, default=2_000, help="rows per transaction (2000)"
+    )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=3, help="runs per measure, best kept (3)"
+    )
+    parser.add_argument("--no-kafka", action="store_true", help="skip the archiver measure")
+
+
+#: ``--quick``: 2,000 records in batches of 500, one run.
+QUICK = ["--records", "2000", "--batch", "500", "--repeat", "1"]
+
+
+def _report(context: Context, args: argparse.Namespace) -> Report:
+    """Every row, those with a target also as ratios."""
     params: dict[str, Any] = {
-        "records": 2_000 if context.quick else 100_000,
-        "payload": 100,
-        "headers": 1,
-        "batch": 500 if context.quick else 2_000,
-        "repeat": 1 if context.quick else 2,
+        "records": args.records,
+        "payload": args.payload,
+        "headers": args.headers,
+        "batch": args.batch,
+        "repeat": args.repeat,
     }
     context.say(NAME, str(params))
     started = time.monotonic()
-    rows = run(**params, pg_url=context.pg_url, cluster=context.cluster)
+    cluster = None if args.no_kafka else context.cluster
+    rows = run(**params, pg_url=context.pg_url, cluster=cluster)
     ratios = [
         Ratio(
             NAME,
@@ -488,63 +515,32 @@ def bench(context: Context) -> Report:
         if r.target_ratio is not None
     ]
     title = (
-        f"history store, {params['records']:,} records of {params['payload']} B with "
-        f"{params['headers']} header(s); best of {params['repeat']}; {context.broker}, "
+        f"history store, {args.records:,} records of {args.payload} B with "
+        f"{args.headers} header(s); best of {args.repeat}; {context.broker}, "
         f"{time.monotonic() - started:.0f} s"
     )
-    return Report(title, table(rows), ratios, {"params": params})
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print a table (or JSON); return the exit code."""
-    parser = argparse.ArgumentParser(prog="bench_store", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--records", type=positive_int, default=100_000, help="rows per run (100000)"
-    )
-    parser.add_argument("--payload", type=int, default=100, help="payload bytes (100)")
-    parser.add_argument("--headers", type=int, default=1, help="headers per record (1)")
-    parser.add_argument(
-        "--batch", type=positive_int, default=2_000, help="rows per transaction (2000)"
-    )
-    parser.add_argument(
-        "--repeat", type=positive_int, default=3, help="runs per measure, best kept (3)"
-    )
-    parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL ('' to skip)")
-    parser.add_argument("--bootstrap", default=None, help="Kafka (default: an embedded broker)")
-    parser.add_argument("--no-kafka", action="store_true", help="skip the archiver measure")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    params = {
-        "records": args.records,
-        "payload": args.payload,
-        "headers": args.headers,
-        "batch": args.batch,
-        "repeat": args.repeat,
-        "pg_url": args.pg or None,
+    data = {
+        "params": params,
+        "rows": [
+            dict(asdict(r), ratio=round(r.ratio, 3), target=r.target, met=r.met) for r in rows
+        ],
     }
-    if args.no_kafka:
-        rows, broker = run(**params, cluster=None), "none"
-    else:
-        with broker_cluster(args.bootstrap) as (cluster, broker):
-            rows = run(**params, cluster=cluster)
-    if args.json:
-        doc = {
-            "benchmark": NAME,
-            "machine": machine_info(),
-            "broker": broker,
-            "params": {k: v for k, v in params.items() if k != "pg_url"},
-            "rows": [
-                dict(asdict(r), ratio=round(r.ratio, 3), target=r.target, met=r.met) for r in rows
-            ],
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(
-        f"History store, {args.records} records of {args.payload} B with {args.headers} "
-        f"header(s); best of {args.repeat}; broker: {broker}\n"
-    )
-    print(table(rows))
-    return 0
+    return Report(title, table(rows), ratios, data)
+
+
+COMMAND = Command(
+    NAME,
+    _report,
+    _options,
+    QUICK,
+    __doc__,
+    database="--pg",
+    uses_broker=lambda args: not args.no_kafka,
+    full_run=["--repeat", "2"],  # under run_all: best of 2
+)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
-from benchmarks._common import broker_cluster, machine_info, markdown_table, positive_int
+from benchmarks._common import Command, Context, Report, markdown_table, positive_int
 
-__all__ = ["MODES", "main"]
+__all__ = ["MODES", "bench", "main"]
 
+NAME = "telemetry"
 MODES = ("off", "import", "api", "sdk", "sdk-1%")
 
 _HIDE_OTEL = """
@@ -121,36 +121,41 @@ def _run(mode: str, bootstrap: str, records: int) -> dict[str, float]:
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print a table (or JSON)."""
-    parser = argparse.ArgumentParser(prog="bench_telemetry", description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default=None, help="Kafka to use (default: embedded)")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=positive_int, default=20_000, help="records per run")
     parser.add_argument("--repeat", type=positive_int, default=3, help="runs per mode")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    with broker_cluster(args.bootstrap) as (cluster, where):
-        runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
-        for _ in range(args.repeat):
-            for mode in MODES:  # interleaved: load from other jobs hits every mode alike
-                runs[mode].append(_run(mode, cluster.bootstrap_servers, args.records))
+
+
+def _measure(context: Context, args: argparse.Namespace) -> Report:
+    """The median of each mode's runs, and its ratio to ``off`` (no targets)."""
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for i in range(args.repeat):
+        context.say(NAME, f"run {i + 1}/{args.repeat} of every mode")
+        for mode in MODES:  # interleaved: load from other jobs hits every mode alike
+            runs[mode].append(_run(mode, context.cluster.bootstrap_servers, args.records))
     rows: list[dict[str, Any]] = []
     for metric in ("publish_per_s", "poll_per_s"):
         base = statistics.median(r[metric] for r in runs["off"])
         for mode in MODES:
             value = statistics.median(r[metric] for r in runs[mode])
             rows.append({"metric": metric, "mode": mode, "per_s": value, "ratio": value / base})
-    if args.json:
-        doc = {"benchmark": "telemetry", "broker": where, "machine": machine_info()}
-        print(json.dumps(doc | {"records": args.records, "repeat": args.repeat, "rows": rows}))
-        return 0
-    print(f"{args.records} records of 100 B, median of {args.repeat} runs per mode, {where}\n")
+    title = (
+        f"telemetry: {args.records} records of 100 B, median of {args.repeat} runs per mode, "
+        f"{context.broker}"
+    )
     table = [
         (r["metric"].removesuffix("_per_s"), r["mode"], f"{r['per_s']:,.0f}", f"{r['ratio']:.2f}")
         for r in rows
     ]
-    print(markdown_table(("path", "mode", "records/s", "vs off"), table))
-    return 0
+    text = markdown_table(("path", "mode", "records/s", "vs off"), table)
+    return Report(title, text, [], {"records": args.records, "repeat": args.repeat, "rows": rows})
+
+
+#: ``--quick``: 500 records, one run of each mode.
+COMMAND = Command(NAME, _measure, _options, ["--records", "500", "--repeat", "1"], __doc__)
+
+bench = COMMAND.bench
+main = COMMAND.main
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,7 +24,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from benchmarks._common import Context, Ratio, broker_cluster, machine_info, ratios_table
+from benchmarks._common import (
+    Context,
+    Ratio,
+    Skipped,
+    broker_cluster,
+    machine_info,
+    ratios_table,
+)
 
 __all__ = ["KNOWN", "available", "main"]
 
@@ -34,6 +41,7 @@ KNOWN = (
     "meteor",
     "store",
     "spark",
+    "spark_cluster",
     "load",
     "resequencer",
     "parallel",
@@ -45,6 +53,7 @@ KNOWN = (
     "aio",
     "rebalance",
     "ledger",
+    "producer",
 )
 
 _HERE = Path(__file__).resolve().parent
@@ -129,6 +138,8 @@ def _bench(module: ModuleType, context: Context) -> tuple[Any, str | None]:
         return module.bench(context), None
     except ImportError as exc:  # an optional dependency (PySpark...) imported inside
         return None, f"needs {exc.name or exc}: {exc}"
+    except Skipped as exc:
+        return None, str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
