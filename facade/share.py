@@ -28,8 +28,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack, cast
 
-import confluent_kafka
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import (
+    AcknowledgeType,
+    IllegalStateException,
+    KafkaError,
+    KafkaException,
+    Message,
+    ShareConsumer,
+)
 
 from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, SubscriberConfig
@@ -52,15 +58,7 @@ from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 
-# confluent-kafka 2.16 and later; below it bolide.facade imports and a share subscriber says why
-# it cannot be built (the floor run, tests/test_floors.py, takes that path).
-with contextlib.suppress(ImportError):
-    from confluent_kafka import AcknowledgeType, IllegalStateException, ShareConsumer
-
-__all__ = ["SHARE_CLIENT_MIN", "ShareSubscriber", "require_share_client"]
-
-#: The oldest confluent-kafka whose share consumer bolide was tested with.
-SHARE_CLIENT_MIN = (2, 16)
+__all__ = ["ShareSubscriber"]
 
 _SLICE_S = 0.1  # longest wait of one consumer poll while holding the lock
 #: Consumer defaults a share consumer refuses ("not applicable for share consumer").
@@ -83,18 +81,6 @@ _NOT_HERE = {
     "durable": "a share group member is not a durable client",
     "marker": "a share group member is not a durable client",
 }
-
-
-def require_share_client() -> None:
-    """Raise ``BrokerError`` unless the installed confluent-kafka has a usable share consumer."""
-    installed = str(getattr(confluent_kafka, "__version__", "0"))
-    release = tuple(int(part) for part in installed.split(".")[:2] if part.isdigit())
-    if release < SHARE_CLIENT_MIN or "ShareConsumer" not in globals():
-        wanted = ".".join(map(str, SHARE_CLIENT_MIN))
-        raise BrokerError(
-            f"share groups need confluent-kafka {wanted} or later (installed: {installed}): "
-            f"pip install 'confluent-kafka>={wanted}'"
-        )
 
 
 class ShareSubscriber(Lifecycle):
@@ -126,7 +112,6 @@ class ShareSubscriber(Lifecycle):
         self._last_poll_ms: int | None = None
         letters = config.dead_letter
         self._letters = None if letters is None else LetterBox(cluster, letters)
-        require_share_client()
         require_share_groups(cluster)
         self.partitions = ensure_topic(cluster, self.stream)
         #: The group's delivery limit and record lock, as the broker has them.

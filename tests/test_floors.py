@@ -2,7 +2,7 @@
 
 ``./dev test`` ends with a run of ``tests.floors.FLOOR_TESTS`` in a virtualenv holding the
 lowest versions pyproject.toml allows (``BOLIDE_FLOORS=1``); there this file checks that they are
-the versions installed, and that a feature needing a newer client says so when used.
+the versions installed.
 """
 
 from __future__ import annotations
@@ -49,16 +49,3 @@ def test_the_floor_run_has_the_floors_installed() -> None:
     installed = {name: version(name) for name in wanted}
     wrong = {n: v for n, v in installed.items() if _release(v) != _release(wanted[n])}
     assert wrong == {}, f"installed above the floor: {wrong}"
-
-
-@pytest.mark.skipif(
-    _release(version("confluent-kafka"))[:2] >= (2, 16) and not ON_FLOORS,
-    reason="the installed confluent-kafka has share groups",
-)
-def test_share_groups_on_an_older_client_say_what_to_install() -> None:
-    from bolide.facade import Cluster, StreamConfig, Subscriber, SubscriberConfig
-    from bolide.facade.errors import BrokerError
-
-    config = SubscriberConfig(stream=StreamConfig(name="queue"), share_group="workers")
-    with pytest.raises(BrokerError, match=r"confluent-kafka>=2\.16"):
-        Subscriber(Cluster("127.0.0.1:9"), config)

@@ -1,6 +1,6 @@
-"""The campaign itself, short: a seeded run of the exactly-once workloads (Kafka transactions,
-``SqlPositions``) under every fault kind keeps each promise, and a run of the at-least-once
-workload interrupted midway still checks what it recorded. Neither leaves a process behind."""
+"""The campaign itself, short: a seeded run of every workload under every fault kind keeps each
+promise, and a run of the at-least-once workload interrupted midway still checks what it
+recorded. Neither leaves a process behind."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from bolide.facade.broker.apache import kafka_unavailable
 from tests.chaos.supervisor import ROOT
+from tests.chaos.workloads import WORKLOADS
 from tests.conftest import eventually
 
 pytestmark = [
@@ -68,15 +69,13 @@ def _outcome(folder: Path) -> dict[str, Any]:
 @pytest.mark.timeout(1800)
 def test_a_seeded_campaign_keeps_every_promise(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
-    campaign = _campaign(
-        tmp_path, mark, "--minutes", "1", "--seed", str(SEED), "--workload", "eos",
-        "--workload", "sql",
-    )  # fmt: skip
+    campaign = _campaign(tmp_path, mark, "--minutes", "1", "--seed", str(SEED))
     output, _ = campaign.communicate(timeout=1500)
     report = output.decode(errors="replace")
     assert campaign.returncode == 0, f"{report}\nhistories in {tmp_path}"
     outcome = _outcome(tmp_path)
     assert sum(outcome["faults"].values()) > 0
+    assert set(outcome["results"]) == set(WORKLOADS)
     assert all(counts["acknowledged"] > 0 for counts in outcome["results"].values())
     assert _left_behind(mark) == []
 

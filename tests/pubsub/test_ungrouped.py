@@ -24,6 +24,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
+from bolide.facade.broker import free_port
 from tests.aio.adapter import SYNC, Api
 from tests.conftest import eventually
 
@@ -243,10 +244,10 @@ def test_many_publishers_one_total_order(cluster, stream, api):
         assert mine == [b"p%d-%d" % (n, i) for i in range(200)]
 
 
-def test_an_unreachable_broker_is_a_broker_error(stream_factory, free_tcp_port, api):
+def test_an_unreachable_broker_is_a_broker_error(stream_factory, api):
     """A cluster that cannot be reached: a typed, retriable error when the subscriber starts."""
     stream = stream_factory()
-    unreachable = Cluster(f"127.0.0.1:{free_tcp_port}", **{"socket.timeout.ms": 2000})
+    unreachable = Cluster(f"127.0.0.1:{free_port()}", **{"socket.timeout.ms": 2000})
     with pytest.raises(BrokerError) as info:
         api.Subscriber(unreachable, SubscriberConfig(stream=stream))
     assert info.value.retriable and info.value.stream == stream.name
