@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,9 +12,11 @@ from pathlib import Path
 
 from tests.chaos.history import History
 
-__all__ = ["ROOT", "Supervisor"]
+__all__ = ["PARENT_ENV", "ROOT", "Supervisor"]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The campaign's pid, in a worker's environment: the worker ends when that process is gone.
+PARENT_ENV = "BOLIDE_CHAOS_PARENT"
 
 
 class Supervisor:
@@ -49,6 +52,7 @@ class Supervisor:
                      str(self.folder / f"{self.proc}.jsonl"), self.proc, str(self.stop_path)],
                     cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                     start_new_session=True,  # Ctrl-C reaches the campaign, which ends them
+                    env={**os.environ, PARENT_ENV: str(os.getpid())},
                 )  # fmt: skip
 
     def signal(self, signum: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bolide.facade.broker.apache import kafka_unavailable
-from tests.chaos.supervisor import ROOT
+from tests.chaos.supervisor import PARENT_ENV, ROOT
 from tests.chaos.workloads import WORKLOADS
 from tests.conftest import eventually
 
@@ -106,3 +106,17 @@ def test_an_interrupted_campaign_still_checks_and_leaves_nothing(tmp_path: Path)
     assert outcome["interrupted"] is True
     assert outcome["results"]["alo"]["acknowledged"] > 0
     assert _left_behind(mark) == []
+
+
+def test_a_worker_whose_campaign_died_before_it_started_ends(tmp_path: Path) -> None:
+    """The campaign's pid comes with the worker, so a campaign gone before the worker's first
+    look at its parent still ends it (its own parent is then another process)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    env = {**os.environ, PARENT_ENV: str(gone.pid)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos.worker", "alo", "127.0.0.1:9", "t", "out", "1",
+         "g", "0", "sqlite://", str(tmp_path / "h.jsonl"), "alo-0.1", str(tmp_path / "stop")],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert worker.wait(timeout=120) == 3

@@ -69,6 +69,7 @@ from bolide.facade import (
 from bolide.facade.errors import BolideError, DurableClientBusyError, StoreError
 from bolide.stores import Archiver, ArchiverStats, Outbox, RelayConfig, SqlPositions, SqlStore
 from tests.chaos.history import History
+from tests.chaos.supervisor import PARENT_ENV
 
 #: The subscribers' lease: a worker paused longer than this wakes up a zombie.
 LEASE_MS = 4_000
@@ -324,9 +325,9 @@ def run_par(args: argparse.Namespace, history: History) -> None:
             time.sleep(0.1)
 
 
-def _orphan_watch() -> None:
-    """Exit when the campaign that started this process is gone: nothing outlives a run."""
-    parent = os.getppid()
+def _orphan_watch(parent: int) -> None:
+    """Exit when the campaign that started this process (``parent``) is gone, also when it
+    died before this process got here: nothing outlives a run."""
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(3)
@@ -334,7 +335,8 @@ def _orphan_watch() -> None:
 
 def main() -> None:
     args = _parser().parse_args()
-    threading.Thread(target=_orphan_watch, name="orphan-watch", daemon=True).start()
+    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    threading.Thread(target=_orphan_watch, args=(parent,), name="orphan-watch", daemon=True).start()
     history = History(Path(args.history), args.proc)
     history.add("start", mode=args.mode, pid=os.getpid())
     try:
