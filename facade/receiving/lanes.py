@@ -66,7 +66,7 @@ class Track:
         self.first = first  # the first offset taken: nothing below it is this track's to confirm
         self.last = first - 1  # the last offset taken
         self.unfinished: list[int] = []  # a heap; finished offsets leave it lazily via ``done``
-        self.done: set[int] = set()
+        self.done: set[int] = set()  # finished, above the first unfinished one
         self.count = 0  # records in flight
         self.busy = 0  # records running now (handler or dead letter)
         self.lanes: dict[Hashable, deque[Item]] = {}  # lanes with their head in flight
@@ -88,9 +88,14 @@ class Track:
         while heap and heap[0] in done:
             done.discard(heapq.heappop(heap))
 
+    def frontier(self) -> int:
+        """The first offset taken and not finished (after the last one taken when none is):
+        a position that may stay there while later records finish (``done``)."""
+        return self.unfinished[0] if self.unfinished else self.last + 1
+
     def safe(self) -> int | None:
         """The highest offset at and below which every record taken is finished, if any."""
-        safe = self.unfinished[0] - 1 if self.unfinished else self.last
+        safe = self.frontier() - 1
         return safe if safe >= self.first else None
 
     def safe_with(self, offset: int) -> int | None:

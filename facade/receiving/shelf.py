@@ -6,16 +6,19 @@ A key (a lane: the Kafka key, the partition, or the record itself for ``"unorder
 the same tier) instead of being handled, and only the lane's head, the record with the lowest
 source offset, ever runs. A record runs once its copy has been read back from the tier's
 stream (so its tier offset is known and can be confirmed) and, if it failed before, once its
-delay has passed since that copy was written. Tier offsets are confirmed per tier partition
-up to the first unfinished one (``Track.safe``), so a restart reads every parked record again
-and rebuilds the same lanes.
+delay has passed since that copy was written. A tier partition is confirmed up to its first
+unfinished copy, with the finished copies above it (``confirm_points``; the finished set the
+source's ledger writes too), so a restart reads every parked record again, skips the finished
+copies, and rebuilds the same lanes.
 
 A key stays parked after its last record in the tiers finished, until the group has confirmed
 that record's copy: a restart before that calls it again, so every later record of the key
 must come again after it, and only a copy behind it in a tier does (a record handled straight
-from the source, its source offset confirmed, would not). For the same reason a finished copy
-counts as done for its tier's confirm only once the key's earlier finished copies are
-confirmed, or lie below it in the same tier partition.
+from the source, its source offset confirmed, would not). A finished copy counts for its
+tier's confirm at once, whatever tier its key's other copies are in: the tiers of a source
+partition are confirmed together, from one reading of their copies, so a confirm that counts
+a key's copy counts every copy the key finished before it too. A record run again after a
+restart is thus never one whose later records are not.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Mapping
 
 from bolide.facade.receiving.lanes import Track
 from bolide.facade.record import Record
@@ -46,7 +49,6 @@ class Entry:
         "origin",
         "partition",
         "record",
-        "settled",
         "tier",
         "where",
         "written",
@@ -66,18 +68,19 @@ class Entry:
         self.dropped = False  # its partition was revoked: results are ignored
         self.written = False  # its copy is in its tier (acknowledged)
         self.moving: int | None = None  # the tier its copy is being written to
-        self.settled = False  # finished, and its copy counted done for the tier's confirm
 
     def __lt__(self, other: Entry) -> bool:
         return self.origin < other.origin
 
 
 class _Lane:
-    __slots__ = ("entries", "pending", "running")
+    __slots__ = ("entries", "running", "unconfirmed")
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []  # sorted by origin
-        self.pending: list[Entry] = []  # finished, their copies not confirmed yet, in order
+        # The last finished, while its copy is not confirmed (the earlier ones are confirmed
+        # with it, or before it).
+        self.unconfirmed: Entry | None = None
         self.running = False
 
 
@@ -94,8 +97,10 @@ class Shelf:
         self._ticket = itertools.count()
         self._loading: set[int] = set()  # source partitions whose tiers are still being read
         self._owned: set[int] = set()  # source partitions held (from ``hold`` to ``drop``)
-        self._confirmed: dict[tuple[int, int], int] = {}  # (tier, partition): offset confirmed
-        self._pending: set[tuple[int, Hashable]] = set()  # lanes with a ``pending`` entry
+        # (tier, partition): the position confirmed and the copies confirmed finished above it
+        self._confirmed: dict[tuple[int, int], tuple[int, frozenset[int]]] = {}
+        self._finished: dict[tuple[int, int], set[int]] = {}  # the same, found on ``hold``
+        self._pending: set[tuple[int, Hashable]] = set()  # lanes with an ``unconfirmed`` entry
         self._parked: Counter[int] = Counter()  # records on the shelf per source partition
 
     # -- records coming from the source stream ---------------------------------------------
@@ -120,15 +125,16 @@ class Shelf:
             if partition not in self._owned or held is None:
                 return None
             if held.entries:
-                head = held.entries[0]
+                head, last = held.entries[0], held.unconfirmed
                 entry = Entry(record, partition, origin, lane, head.tier)
                 if origin < head.origin:
-                    if held.running or (held.pending and held.pending[-1].origin > origin):
+                    if held.running or (last is not None and last.origin > origin):
                         entry.written = True
                         return entry
                     entry.tier = 0
-            else:  # only finished records not confirmed yet: behind their copies
-                last = held.pending[-1]
+            else:  # only a finished record not confirmed yet: behind its copy
+                last = held.unconfirmed
+                assert last is not None, "a lane holds entries or an unconfirmed one"
                 entry = Entry(record, partition, origin, lane, last.tier)
                 if origin <= last.origin:
                     entry.written = True
@@ -166,6 +172,9 @@ class Shelf:
             track = self._track(tier, partition, offset)
             track.last = offset
             track.add(offset)
+            if offset in self._finished.get((tier, partition), ()):
+                track.finish(offset)  # confirmed as finished: skipped, and confirmed again
+                return
             entry = self._origins.get((partition, origin))
             if entry is None:  # read after a restart: the lane is rebuilt from the tiers
                 entry = Entry(record, partition, origin, lane, tier)
@@ -214,8 +223,9 @@ class Shelf:
                 self.lock.wait(max(wait, 0.001))
 
     def done(self, entry: Entry) -> None:
-        """``entry`` succeeded or was given up: its lane's next record may run; the lane
-        stays parked until its copy is confirmed (``confirmed``)."""
+        """``entry`` succeeded or was given up: its lane's next record may run, its copy is
+        finished (``confirm_points``); the lane stays parked until that copy is confirmed
+        (``confirmed``)."""
         with self.lock:
             if entry.dropped:
                 return
@@ -225,32 +235,30 @@ class Shelf:
             lane = self._lanes[key]
             lane.entries.remove(entry)
             lane.running = False
-            if entry.where is None:  # no copy in a tier to confirm
-                entry.settled = True
-            else:
-                lane.pending.append(entry)
+            if entry.where is not None:  # else no copy in a tier to confirm
+                self._finish(entry.tier, entry.partition, entry.where)
+                lane.unconfirmed = entry
                 self._pending.add(key)
-                self._settle(lane)
             if lane.entries:
                 self._maybe_ready(lane.entries[0])
-            elif not lane.pending:
+            elif lane.unconfirmed is None:
                 del self._lanes[key]
 
-    def confirmed(self, points: dict[tuple[int, int], int]) -> None:
-        """The group confirmed each (tier, partition) of ``points`` up to that offset: keys
-        whose finished copies all are confirmed are parked no more."""
+    def confirmed(self, points: Mapping[tuple[int, int], tuple[int, Iterable[int]]]) -> None:
+        """The group confirmed each (tier, partition) of ``points``: that position, and the
+        finished copies above it (what ``confirm_points`` gave). Keys whose finished copies
+        all are confirmed are parked no more."""
         with self.lock:
-            for point, offset in points.items():
-                self._confirmed[point] = max(offset, self._confirmed.get(point, -1))
+            for point, (position, finished) in points.items():
+                self._confirmed[point] = (position, frozenset(finished))
             for key in list(self._pending):
                 lane = self._lanes[key]
-                while lane.pending and self._is_confirmed(lane.pending[0]):
-                    lane.pending.pop(0)
-                self._settle(lane)
-                if not lane.pending:
-                    self._pending.discard(key)
-                    if not lane.entries:
-                        del self._lanes[key]
+                if lane.unconfirmed is None or not self._is_confirmed(lane.unconfirmed):
+                    continue
+                lane.unconfirmed = None
+                self._pending.discard(key)
+                if not lane.entries:
+                    del self._lanes[key]
 
     def moving(self, entry: Entry, tier: int) -> None:
         """``entry`` failed in its tier; its copy is being written to ``tier``."""
@@ -273,12 +281,17 @@ class Shelf:
 
     # -- partitions and confirms -----------------------------------------------------------
 
-    def hold(self, partitions: list[int]) -> None:
+    def hold(
+        self, partitions: list[int], finished: Mapping[tuple[int, int], set[int]] | None = None
+    ) -> None:
         """Nothing of ``partitions`` runs until ``release``: their tiers are being read, and
-        a key's head may be in a tier not read yet."""
+        a key's head may be in a tier not read yet. ``finished``: per (tier, partition), the
+        copies the group confirmed as finished above its confirmed position; read, they are
+        skipped (and confirmed again as finished)."""
         with self.lock:
             self._loading.update(partitions)
             self._owned.update(partitions)
+            self._finished.update(finished or {})
 
     def release(self, partitions: list[int]) -> None:
         """The tiers of ``partitions`` are read to their end: their lanes' heads may run."""
@@ -288,11 +301,17 @@ class Shelf:
                 if partition in partitions and lane.entries:
                     self._maybe_ready(lane.entries[0])
 
-    def safe_points(self) -> dict[tuple[int, int], int]:
-        """Per (tier, partition) read: the offset at and below which every copy is done."""
+    def confirm_points(self) -> dict[tuple[int, int], tuple[int, list[int]]]:
+        """Per (tier, partition) read with a copy finished: the position to confirm (its
+        first unfinished copy, or past its last) and the finished copies above it. Read at
+        once for every tier: a copy counted was finished after every earlier copy of its
+        key, which is counted too (or below its position)."""
         with self.lock:
-            points = {k: t.safe() for k, t in self._tracks.items()}
-        return {k: s for k, s in points.items() if s is not None}
+            return {
+                k: (t.frontier(), sorted(t.done))
+                for k, t in self._tracks.items()
+                if t.done or t.frontier() > t.first
+            }
 
     def drop(self, partitions: list[int]) -> None:
         """Forget the lanes and tier offsets of revoked source ``partitions``."""
@@ -305,7 +324,9 @@ class Shelf:
                 self._pending.discard(key)
             for key in [k for k in self._tracks if k[1] in gone]:
                 del self._tracks[key]
-                self._confirmed.pop(key, None)
+            for points in (self._confirmed, self._finished):
+                for key in [k for k in points if k[1] in gone]:
+                    del points[key]
             for partition in gone:
                 self._parked.pop(partition, None)
             self._loading -= gone
@@ -338,41 +359,22 @@ class Shelf:
         heapq.heappush(self._due, (entry.due, next(self._ticket), entry))
         self.lock.notify()
 
-    def _settle(self, lane: _Lane) -> None:
-        """Count finished copies done for their tier's confirm, in the lane's order: the
-        first, and each behind it in the same tier partition (a confirm passes them after
-        it); one in another tier waits until those before it are confirmed. Of a run of
-        such copies only the last is kept: its confirm is theirs (a key flowing through a
-        tier whose confirm is held up keeps one entry, not one per record)."""
-        kept: list[Entry] = []
-        for entry in lane.pending:
-            where = entry.where
-            assert where is not None, "a pending entry has a copy"
-            before = kept[-1] if kept else None
-            if before is not None:
-                if not before.settled or before.tier != entry.tier or where <= (before.where or 0):
-                    kept.append(entry)  # waits until those before it are confirmed
-                    continue
-                kept.pop()  # confirmed no later than ``entry``
-            if not entry.settled:
-                entry.settled = True
-                track = self._tracks.get((entry.tier, entry.partition))
-                if track is not None:
-                    track.finish(where)
-            kept.append(entry)
-        lane.pending = kept
-
     def _is_confirmed(self, entry: Entry) -> bool:
-        confirmed = self._confirmed.get((entry.tier, entry.partition), -1)
-        return entry.settled and entry.where is not None and entry.where <= confirmed
+        where = entry.where
+        position, finished = self._confirmed.get((entry.tier, entry.partition), (0, frozenset()))
+        return where is not None and (where < position or where in finished)
 
     def _let_go(self, entry: Entry) -> None:
         """The copy ``entry`` had in its tier is done with (confirmable)."""
         if entry.where is not None:
-            track = self._tracks.get((entry.tier, entry.partition))
-            if track is not None:
-                track.finish(entry.where)
+            self._finish(entry.tier, entry.partition, entry.where)
             entry.where = None
+
+    def _finish(self, tier: int, partition: int, offset: int) -> None:
+        """The copy at ``offset`` of ``tier`` is finished: a confirm counts it."""
+        track = self._tracks.get((tier, partition))
+        if track is not None:
+            track.finish(offset)
 
     def _track(self, tier: int, partition: int, offset: int) -> Track:
         track = self._tracks.get((tier, partition))

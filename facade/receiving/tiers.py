@@ -5,9 +5,11 @@ copy goes to the partition number it came from, so the member that owns a source
 its tiers' too, and a key's copies stay in one partition of each tier, in their source order. That
 member reads the tiers' partitions itself (a consumer of its own, assigned by hand) and
 confirms their offsets through the subscriber's consumer, in the same group and generation
-as the source's: a member that lost the partition cannot confirm them any more. When it gets
-a partition it reads the tiers' copies up to their end first (``load``), so the keys parked
-before a restart stay parked; only then are the source's records handled.
+as the source's: a member that lost the partition cannot confirm them any more. A tier
+partition's confirm is its first unfinished copy, with the finished copies above it in the
+commit's metadata (the source ledger's encoding). When a member gets a partition it reads the
+tiers' copies up to their end first (``load``), skipping those confirmed as finished, so the
+keys parked before a restart stay parked; only then are the source's records handled.
 
 The ``Shelf`` decides what runs; this module moves copies in and out of Kafka and calls the
 handler on the tiers' records when they are due, on up to ``concurrency`` threads. Parked
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from bolide.facade.config import PublisherConfig, StreamConfig
+from bolide.facade.consumer.ledger import decode_finished, encode_finished
 from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError, StreamConfigMismatchError
 from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, partition_count, replica_count
@@ -41,7 +44,7 @@ from bolide.facade.receiving.shelf import Entry, Shelf
 from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, Retry
 
-__all__ = ["Tiers"]
+__all__ = ["Tiers", "to_confirm"]
 
 log = logging.getLogger("bolide.facade.parallel")
 
@@ -52,9 +55,16 @@ _OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER))
 #: ``done(error)``: the copy of a source record is in its tier (``None``) or failed.
 Done = Callable[[BaseException | None], None]
 
+Point = tuple[int, int]  # (tier, source partition): one tier partition
+
 
 class Tiers:
-    """The retry tiers of one parallel receiver (built by it when ``retry.tiers`` is set)."""
+    """The retry tiers of one parallel receiver (built by it when ``retry.tiers`` is set).
+
+    Attributes:
+        overflows: Confirms of a source partition's tiers left out because a finished set
+            did not fit the commit's metadata (they go out once it fits again).
+    """
 
     def __init__(
         self,
@@ -86,8 +96,10 @@ class Tiers:
         self._reader = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
         self._reader_lock = threading.Lock()
         self._loaded: set[int] = set()
-        self._confirmed: dict[tuple[int, int], int] = {}
+        # (tier, partition): the position and finished set last committed
+        self._confirmed: dict[Point, tuple[int, str]] = {}
         self._confirm_lock = threading.Lock()
+        self.overflows = 0
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bolide-retry")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bolide-tiers", daemon=True)
@@ -216,9 +228,17 @@ class Tiers:
         new = sorted(set(self._host.assigned()) - self._loaded)
         if not new:
             return
-        self.shelf.hold(new)
         tps = [TopicPartition(t, p) for t in self.topics for p in new]
-        committed = {(tp.topic, tp.partition): tp.offset for tp in self._host.committed_to(tps)}
+        committed: dict[tuple[str, int], int] = {}
+        finished: dict[tuple[int, int], set[int]] = {}
+        for tp in self._host.committed_to(tps):
+            committed[(tp.topic, tp.partition)] = tp.offset
+            if tp.offset >= 0 and tp.metadata:
+                where = f"{tp.topic} committed offsets"
+                finished[(self._tier_of[tp.topic], tp.partition)] = decode_finished(
+                    tp.offset, tp.metadata, where=where
+                )
+        self.shelf.hold(new, finished)
         ends: dict[tuple[str, int], int] = {}
         with self._reader_lock:
             for tp in tps:
@@ -409,29 +429,36 @@ class Tiers:
             sent(None, None)
 
     def confirm(self, only: set[int] | None = None) -> None:
-        """Confirm each tier partition up to its first unfinished copy, if that moved. The
-        commit takes the subscriber's lock, so no lock of these tiers is held meanwhile."""
+        """Confirm each tier partition up to its first unfinished copy, with the finished
+        copies above it in the commit's metadata, if that changed. A source partition's
+        tiers are confirmed together, from one reading of the shelf, or not at all while the
+        finished set of one does not fit (``overflows``): a key's finished copy is never
+        confirmed without its earlier ones in other tiers. The commit takes the subscriber's
+        lock, so no lock of these tiers is held meanwhile."""
         with self._confirm_lock:
             held = self._host.assigned()
-            moved = {
-                k: s
-                for k, s in self.shelf.safe_points().items()
-                if (only is None or k[1] in only)
-                and k[1] in held
-                and s > self._confirmed.get(k, -1)
+            points = {
+                k: point
+                for k, point in self.shelf.confirm_points().items()
+                if (only is None or k[1] in only) and k[1] in held
             }
+            moved, unfit = to_confirm(points, self._confirmed)
+            self.overflows += len(unfit)
         if not moved:
             return
-        tps = [TopicPartition(self.topics[t], p, s + 1) for (t, p), s in moved.items()]
+        tps = [
+            TopicPartition(self.topics[t], p, o, metadata=text)
+            for (t, p), (o, text) in moved.items()
+        ]
         try:
             self._host.commit_to(tps)
         except Exception as exc:  # the next round tries again
             self._host.report("retry tiers: confirm failed", exc)
             return
         with self._confirm_lock:
-            for key, safe in moved.items():
-                self._confirmed[key] = max(safe, self._confirmed.get(key, -1))
-        self.shelf.confirmed(moved)  # keys whose finished copies are all confirmed go on
+            self._confirmed.update(moved)
+        # keys whose finished copies are all confirmed go on
+        self.shelf.confirmed({k: points[k] for k in moved})
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -454,6 +481,25 @@ class Tiers:
                 self._reader.close()
             for publisher in self._publishers:
                 publisher.close()
+
+
+def to_confirm(
+    points: Mapping[Point, tuple[int, list[int]]], sent: Mapping[Point, tuple[int, str]]
+) -> tuple[dict[Point, tuple[int, str]], set[int]]:
+    """Of ``points`` (``Shelf.confirm_points``), the confirms to commit, each a position and
+    its finished set encoded: those not ``sent`` already, of the source partitions whose
+    tiers' finished sets all fit; and the source partitions left out because one did not (a
+    key's copy is never confirmed without its earlier ones)."""
+    texts: dict[Point, tuple[int, str]] = {}
+    unfit: set[int] = set()
+    for key, (position, finished) in points.items():
+        text = encode_finished(position, finished)
+        if text is None:
+            unfit.add(key[1])
+        else:
+            texts[key] = (position, text)
+    moved = {k: text for k, text in texts.items() if k[1] not in unfit and text != sent.get(k)}
+    return moved, unfit
 
 
 def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:

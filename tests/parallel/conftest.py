@@ -46,12 +46,15 @@ def tier_copy(
         pub.publish_async(Record(b"%d" % origin, key=key, headers=headers, partition=0)).result(60)
 
 
-def confirm_source(cluster: Cluster, group: str, topic: str, offset: int) -> None:
+def confirm_source(
+    cluster: Cluster, group: str, topic: str, offset: int, metadata: str = ""
+) -> None:
     """Commit ``group``'s offset of ``topic`` partition 0, as a member that moved its
-    records to the tiers would have."""
+    records to the tiers would have (or a tier's, its finished copies in ``metadata``)."""
     owner = Consumer(cluster.client_config(CONSUMER_DEFAULTS, {"group.id": group}))
     try:
-        owner.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        where = TopicPartition(topic, 0, offset, metadata=metadata)
+        owner.commit(offsets=[where], asynchronous=False)
     finally:
         owner.close()
 

@@ -1,12 +1,11 @@
-"""Retry tiers' confirms when two keys' finished copies cross two tiers.
+"""Retry tiers' confirms carry the copies finished above a tier's first unfinished one.
 
-Found by the model of the receiver with retry tiers (tests/reliability/test_tier_model.py): a
-finished copy counts for its tier's confirm only once the key's earlier finished copies in
-other tiers are confirmed, and a tier is confirmed only up to its first copy not counted. Key
-a with its records in the first tier then the second, and key b the other way round, each
-behind the other's copy in one tier, wait for each other for ever: neither tier is ever
-confirmed past them, both keys stay parked (their later records all go through the tier) and
-every restart builds the same state from the tiers again."""
+A finished copy is confirmed at once, whatever tier its key's other copies are in: a tier
+partition's confirm carries the finished copies above its first unfinished one, and a source
+partition's tiers are confirmed together. Key a with its records in the first tier then the
+second, and key b the other way round, each behind the other's copy in one tier, run in their
+keys' order, and both tiers are then confirmed to their ends (nothing parked is left). A
+member that reads a tier skips the copies confirmed as finished."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import threading
 import pytest
 
 from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier
+from bolide.facade.consumer.ledger import encode_finished
 from tests.conftest import eventually
 from tests.parallel.conftest import confirm_source, fresh_group, tier_copy
 from tests.parallel.test_retry_tiers import committed, grouped
@@ -22,11 +22,6 @@ from tests.parallel.test_retry_tiers import committed, grouped
 pytestmark = [pytest.mark.kafka]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: two keys whose finished copies cross two tiers hold each other's tier "
-    "confirms for ever (Shelf._settle waits for the key's earlier copy in another tier)",
-)
 def test_two_keys_whose_copies_cross_two_tiers_both_get_confirmed(cluster, stream_factory):
     """Source: b's records 0 and 1, a's records 2 and 3, all confirmed (in the tiers). The
     first tier holds b's 1 (parked), then a's 2; the second holds a's 3, then b's 0. Every
@@ -66,5 +61,37 @@ def test_two_keys_whose_copies_cross_two_tiers_both_get_confirmed(cluster, strea
             lambda: committed(cluster, group, first) == committed(cluster, group, second) == {0: 2},
             30,
         )
+    finally:
+        sub.close()
+
+
+def test_a_copy_confirmed_as_finished_is_not_run_again(cluster, stream_factory):
+    """Source: j's record 0 and k's record 1, confirmed (in the tier). The tier holds j's
+    copy, then k's, and is confirmed at j's with k's finished above it: only j runs, and the
+    tier is then confirmed to its end."""
+    stream, group = stream_factory(), fresh_group()
+    tiers = [RetryTier(delay_s=0.2)]
+    tier = tiers[0].stream_for(stream.name)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for key in (b"j", b"k"):
+            pub.publish_async(Record(key, key=key))
+        assert pub.flush(60) == 0
+    for key, origin in ((b"j", 0), (b"k", 1)):
+        tier_copy(cluster, stream.name, tier, key, origin, 1)
+    confirm_source(cluster, group, stream.name, 2)
+    confirm_source(cluster, group, tier, 0, encode_finished(0, [1]) or "")
+    order, lock = [], threading.Lock()
+
+    def handler(record: Record) -> None:
+        with lock:
+            order.append((record.key, record.offset))
+
+    sub = grouped(cluster, stream, group)
+    try:
+        sub.attach_receiver(
+            handler, concurrency=2, retry=Retry(attempts=1, backoff_s=0, tiers=tiers)
+        )
+        eventually(lambda: committed(cluster, group, tier) == {0: 2}, 60)
+        assert order == [(b"j", 0)]
     finally:
         sub.close()

@@ -15,16 +15,17 @@ partitions go back to the group). What the docs promise, checked after every ste
   ``STRICT``);
 - the group's committed offsets never pass an unfinished record: every record below the
   source's committed offset (or in the finished set committed with it) is finished, or has a
-  copy in a tier at or past that tier's committed offset (a restart reads it again);
+  copy in a tier at or past that tier's committed offset and not in the finished set
+  committed with it (a restart reads it again);
 - after a restart, no record the group committed as finished (on the source, and every copy
-  of it below its tier's committed offset) is called again;
+  of it below its tier's committed offset or in its finished set) is called again;
 
 and at the end, once every call succeeds and a last receiver ran to quiescence (the source
-confirmed to its end, nothing parked): every record finished at least once, nothing is
-lost, a restart then calls no record committed as finished, and a record called again
-after it finished (at least once) was followed by every later record of its key that had
-finished before that call ("a record that runs again is followed by every later record of
-its key that had run"; with ``STRICT`` only, as the tiers confirmed to their ends).
+and the tiers confirmed to their ends, nothing parked): every record finished at least once,
+nothing is lost, a restart then calls no record committed as finished, and a record called
+again after it finished (at least once) was followed by every later record of its key that
+had finished before that call ("a record that runs again is followed by every later record
+of its key that had run"; with ``STRICT`` only).
 """
 
 from __future__ import annotations
@@ -78,17 +79,16 @@ SLOW_S = 0.3  # a slow call: long enough that a close at once abandons it now an
 #: calls succeed.
 CALLS = st.lists(st.sampled_from(["ok", "fail", "fail", "slow"]), max_size=5)
 BATCH = st.lists(st.tuples(st.sampled_from(KEYS), CALLS), min_size=1, max_size=6)
-#: Also check the promises that known defects break now (docs/retries.md), each of which the
-#: model finds within a few runs: that the tiers are confirmed to their ends at quiescence
-#: (two keys whose finished copies cross two tiers hold each other's confirms for ever,
-#: tests/parallel/test_tier_confirm_cycle.py), that a record is dead-lettered only after a
-#: failed call in each tier (seen: after two failures, before ``Shelf.arrived`` ranked a
-#: record's copies by attempts, tests/parallel/test_tier_copy_rank.py; most likely that was
-#: the cause, not yet confirmed by runs of the model), and that a record run again is
-#: followed by its key's later records that had run (seen once, not traced).
+#: Also check the promises that defects broke once each (docs/retries.md): that a record is
+#: dead-lettered only after a failed call in each tier (seen: after two failures, before
+#: ``Shelf.arrived`` ranked a record's copies by attempts, tests/parallel/test_tier_copy_rank.py;
+#: most likely that was the cause, not yet confirmed by enough runs of the model), and that a
+#: record run again is followed by its key's later records that had run (seen once, before
+#: tier confirms carried their finished copies, not traced).
 STRICT = os.environ.get("BOLIDE_TIER_MODEL_STRICT") == "1"
 
 Place = tuple[int, int]  # (partition, offset) on the source stream
+Point = tuple[int, set[int]]  # a committed offset and the finished set committed with it
 
 
 class Bad(Exception):
@@ -199,20 +199,21 @@ class Kafka:
         self._assigned = False
         self.copies: dict[Place, list[tuple[int, int]]] = {}  # record -> (tier, tier offset)
 
-    def committed(self) -> tuple[dict[int, tuple[int, set[int]]], dict[tuple[int, int], int]]:
-        """Per source partition: the committed offset and the finished set committed with
-        it; per (tier, partition): the committed offset (0 when none)."""
+    def committed(self) -> tuple[dict[int, Point], dict[tuple[int, int], Point]]:
+        """Per source partition and per (tier, partition): the committed offset (0 when
+        none) and the finished set committed with it."""
         tps = [TopicPartition(self.stream, p) for p in range(PARTITIONS)]
         tps += [TopicPartition(t, p) for t in self.tiers for p in range(PARTITIONS)]
-        source: dict[int, tuple[int, set[int]]] = {}
-        tiers: dict[tuple[int, int], int] = {}
+        source: dict[int, Point] = {}
+        tiers: dict[tuple[int, int], Point] = {}
         for tp in self._probe.committed(tps, timeout=30):
             assert tp.error is None, tp.error
             at = max(tp.offset, 0)
+            point = (at, decode_finished(at, tp.metadata, where="model"))
             if tp.topic == self.stream:
-                source[tp.partition] = (at, decode_finished(at, tp.metadata, where="model"))
+                source[tp.partition] = point
             else:
-                tiers[(self.tiers.index(tp.topic), tp.partition)] = at
+                tiers[(self.tiers.index(tp.topic), tp.partition)] = point
         return source, tiers
 
     def read_copies(self) -> dict[Place, list[tuple[int, int]]]:
@@ -372,7 +373,7 @@ class TierMachine(RuleBasedStateMachine):
             for place in places
             if _passed(place, source)
             and place in finished
-            and all(at < tiers[(t, place[0])] for t, at in copies.get(place, []))
+            and not any(_read_again(at, tiers[(t, place[0])]) for t, at in copies.get(place, []))
         }
         with self.truth.lock:
             self.generation += 1
@@ -398,7 +399,7 @@ class TierMachine(RuleBasedStateMachine):
             for place in places
             if _passed(place, source)
             and place not in finished
-            and not any(at >= tiers[(t, place[0])] for t, at in copies.get(place, []))
+            and not any(_read_again(at, tiers[(t, place[0])]) for t, at in copies.get(place, []))
         ]
         assert not lost, f"committed {source} {tiers} pass unfinished records {lost}"
 
@@ -425,18 +426,17 @@ class TierMachine(RuleBasedStateMachine):
                     client.close()
 
     def _quiesce(self) -> None:
-        """Wait until every record finished, nothing is parked and the source is confirmed
-        to its end; with ``STRICT``, the tiers too (a known defect holds some for ever: their
-        copies run again after a restart, which the other checks allow)."""
+        """Wait until every record finished, nothing is parked and the source and the tiers
+        are confirmed to their ends."""
         self._wait(lambda: not self.truth.unfinished(), "every record finished")
-        self._wait(self._quiet, "the source confirmed to its end")
+        self._wait(self._quiet, "the source and the tiers confirmed to their ends")
 
     def _quiet(self) -> bool:
         assert self.kafka is not None and self.receiver is not None
         source, tiers = self.kafka.committed()
         ends, tier_ends = self.kafka.ends()
         at = {p: s[0] for p, s in source.items()}
-        confirmed = at == ends and (tiers == tier_ends or not STRICT)
+        confirmed = at == ends and {k: s[0] for k, s in tiers.items()} == tier_ends
         return confirmed and self.receiver.metrics().parked == 0
 
     def _wait(self, check: Callable[[], bool], what: str) -> None:
@@ -458,10 +458,17 @@ def _partition(key: bytes) -> int:
     return KEYS.index(key) % PARTITIONS
 
 
-def _passed(place: Place, source: dict[int, tuple[int, set[int]]]) -> bool:
+def _passed(place: Place, source: dict[int, Point]) -> bool:
     """Whether the source's committed offset (or its finished set) passes ``place``."""
     at, finished = source[place[0]]
     return place[1] < at or place[1] in finished
+
+
+def _read_again(offset: int, tier: Point) -> bool:
+    """Whether a restart reads the copy at ``offset`` of a tier partition committed at
+    ``tier``: at or past its committed offset, and not in the finished set."""
+    at, finished = tier
+    return offset >= at and offset not in finished
 
 
 MODEL = settings(
