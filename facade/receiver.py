@@ -161,6 +161,10 @@ class ReceiverHost(StreamReader, Protocol):
         """
         ...
 
+    def member_id(self) -> str:
+        """The subscriber's member id in its group now (``""`` out of it)."""
+        ...
+
     def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
         """A parallel receiver starts: it hears revokes first, bounds every confirm by its
         safe points, and a poll no longer means the records it returned are done."""

@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from bolide.facade.cluster import TOPIC_NAME
 from bolide.facade.validate import check_int, check_seconds
 
-__all__ = ["ATTEMPTS_HEADER", "ORIGIN_HEADER", "Retry", "RetryTier"]
+__all__ = ["ATTEMPTS_HEADER", "ORIGIN_HEADER", "WRITER_HEADER", "Retry", "RetryTier"]
 
 #: On a record in a retry tier: ``<stream>/<partition>/<offset>`` of the original record.
 ORIGIN_HEADER = "bolide.retry.origin"
 #: On a record in a retry tier: handler calls so far, as decimal text ("0": parked behind an
 #: earlier record of its key, never called yet).
 ATTEMPTS_HEADER = "bolide.retry.attempts"
+#: On a record in a retry tier: the group member id of the member that wrote it.
+WRITER_HEADER = "bolide.retry.writer"
 
 
 @dataclass(frozen=True, slots=True)

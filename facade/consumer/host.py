@@ -206,6 +206,14 @@ class ReceiverSeat:
         with self._lock:
             self._state.commit(offsets, asynchronous=False)
 
+    def member_id(self) -> str:
+        """The consumer's member id in its group now (``""`` out of it, or closed)."""
+        with self._lock:
+            try:
+                return self._consumer.memberid() or ""
+            except RuntimeError:  # closed
+                return ""
+
     def hold_fetching(self) -> None:
         """Hold every partition held for the throttle (one assigned meanwhile too)."""
         with self._lock:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from bolide.facade.config import PublisherConfig, StreamConfig
 from bolide.facade.consumer.ledger import decode_finished, encode_finished
@@ -42,7 +43,7 @@ from bolide.facade.receiver import (
 from bolide.facade.receiving.lanes import NO_LANE, LaneOf
 from bolide.facade.receiving.shelf import Entry, Shelf
 from bolide.facade.record import Record, RecordBatch, record_from_message
-from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, Retry
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER, Retry
 
 __all__ = ["Tiers", "to_confirm"]
 
@@ -50,7 +51,7 @@ log = logging.getLogger("bolide.facade.parallel")
 
 _READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
 _AGAIN_S = 1.0  # a copy that could not be written is tried again after this
-_OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER))
+_OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER, WRITER_HEADER))
 
 #: ``done(error)``: the copy of a source record is in its tier (``None``) or failed.
 Done = Callable[[BaseException | None], None]
@@ -92,10 +93,20 @@ class Tiers:
             Publisher(host.cluster, PublisherConfig(stream=_tier_stream(host, t)))
             for t in self.topics
         ]
-        settings = {"group.id": f"{host.group_id}.tiers", "enable.auto.commit": False}
+        # A confirmed offset out of range (the copies past it deleted) reads from the first
+        # copy left: the default (latest) would skip those.
+        settings = {
+            "group.id": f"{host.group_id}.tiers",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
         self._reader = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
         self._reader_lock = threading.Lock()
         self._loaded: set[int] = set()
+        self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
+        self._fenced: set[int] = set()  # source partitions a newer owner writes copies of
+        self._member = ""  # the member id when partitions last came: on every copy written
+        self._admin: AdminClient | None = None  # asks the group who owns a partition
         # (tier, partition): the position and finished set last committed
         self._confirmed: dict[Point, tuple[int, str]] = {}
         self._confirm_lock = threading.Lock()
@@ -187,6 +198,8 @@ class Tiers:
             (ORIGIN_HEADER, f"{self._host.topic}/{entry.partition}/{entry.origin}".encode()),
             (ATTEMPTS_HEADER, str(entry.attempts).encode()),
         ]
+        if self._member:
+            headers.append((WRITER_HEADER, self._member.encode()))
         copy = Record(record.data, key=record.key, headers=headers, partition=entry.partition)
 
         def written(_: int | None, error: BaseException | None) -> None:
@@ -228,6 +241,7 @@ class Tiers:
         new = sorted(set(self._host.assigned()) - self._loaded)
         if not new:
             return
+        self._member = self._host.member_id()
         tps = [TopicPartition(t, p) for t in self.topics for p in new]
         committed: dict[tuple[str, int], int] = {}
         finished: dict[tuple[int, int], set[int]] = {}
@@ -243,6 +257,7 @@ class Tiers:
         with self._reader_lock:
             for tp in tps:
                 low, high = self._reader.get_watermark_offsets(tp, timeout=10)
+                self._ends[(tp.topic, tp.partition)] = high
                 start = committed.get((tp.topic, tp.partition), -1)
                 tp.offset = start if start >= low else low
                 if high > tp.offset:
@@ -256,10 +271,14 @@ class Tiers:
                 at = self._reader.position([TopicPartition(t, p) for t, p in ends])
             for tp in at:
                 key = (tp.topic, tp.partition)
-                if tp.offset >= ends[key] or tp.partition not in self._loaded:
-                    del ends[key]  # read to the end, or revoked meanwhile
+                if (
+                    tp.offset >= ends[key]
+                    or tp.partition not in self._loaded
+                    or tp.partition in self._fenced
+                ):
+                    del ends[key]  # read to the end, revoked or lost meanwhile
             serve()
-        self.shelf.release(new)
+        self.shelf.release([p for p in new if p not in self._fenced])
 
     def _throttle(self) -> None:
         """Hold the source partitions with ``limit`` parked records (their records stay in
@@ -284,10 +303,15 @@ class Tiers:
         self.shelf.drop(sorted(gone))
         self._loaded -= gone
         self._full -= gone  # a partition given up is not paused any more
+        fenced, self._fenced = self._fenced & gone, self._fenced - gone
         with self._reader_lock:
+            if fenced:
+                self._reader.resume([TopicPartition(t, p) for t in self.topics for p in fenced])
             self._reader.incremental_unassign(
                 [TopicPartition(t, p) for t in self.topics for p in gone]
             )
+            for end in [k for k in self._ends if k[1] in gone]:
+                del self._ends[end]
         with self._confirm_lock:
             for key in [k for k in self._confirmed if k[1] in gone]:
                 del self._confirmed[key]
@@ -342,6 +366,8 @@ class Tiers:
             attempts = int(copy.header(ATTEMPTS_HEADER) or b"0")
         except ValueError:
             return
+        if partition in self._fenced or self._newer_owner(msg, copy, partition):
+            return  # another member's to handle: it reads it from the confirmed offsets
         record = Record(copy.data, key=copy.key, headers=_theirs(copy.headers))
         record.stream, record.partition, record.offset = self._host.topic, partition, offset
         record.timestamp_ms = copy.timestamp_ms
@@ -353,6 +379,48 @@ class Tiers:
         due = (copy.timestamp_ms or 0) / 1000 + self._delays[tier]
         lane: Hashable = self._lane_of(record)
         self.shelf.arrived(tier, copy.offset or 0, record, attempts, due, lane)
+
+    def _newer_owner(self, msg: Message, copy: Record, partition: int) -> bool:
+        """Whether ``copy`` shows that another member owns ``partition`` now: this member
+        lost it and has not heard yet (it was paused, or its application stopped polling,
+        past its lease). A copy that another member wrote after this one loaded the tiers
+        makes it ask the group (once stable) who owns the partition: when another member
+        does, the partition's copies are not handled here any more (what ran or is on the
+        shelf stays as it is; nothing is confirmed or counted finished) until the rebalance
+        gives it up. The copies of a member that lost the partition before this one got it
+        are handled as ever, as are all when the group cannot tell."""
+        if (msg.offset() or 0) < self._ends.get((msg.topic() or "", msg.partition() or 0), 0):
+            return False
+        writer = (copy.header(WRITER_HEADER) or b"").decode(errors="replace")
+        if not writer or writer == self._member:
+            return False
+        owner = self._owner_of(partition)
+        if owner is None or owner == self._member:
+            return False
+        self._fenced.add(partition)
+        self.shelf.hold([partition])
+        self._reader.pause([TopicPartition(t, partition) for t in self.topics])
+        log.warning(
+            "retry tiers: member %s owns partition %d of %s now, this member (%s) not: "
+            "the copies in its tiers are left to that member",
+            owner, partition, self._host.topic, self._member,
+        )  # fmt: skip
+        return True
+
+    def _owner_of(self, partition: int) -> str | None:
+        """The member the group gives source ``partition`` to, once it is stable."""
+        if self._admin is None:
+            self._admin = admin_client(self._host.cluster)
+        group = self._host.group_id
+        described = self._admin.describe_consumer_groups([group], request_timeout=10)
+        found = described[group].result(15)
+        if found.state != ConsumerGroupState.STABLE:
+            return None
+        for member in found.members:
+            held = member.assignment.topic_partitions if member.assignment else []
+            if any(tp.topic == self._host.topic and tp.partition == partition for tp in held):
+                return str(member.member_id)
+        return None
 
     def _call(self, entry: Entry) -> None:
         """Run the handler on a tier's record that is due; move it on if it fails."""
@@ -440,7 +508,7 @@ class Tiers:
             points = {
                 k: point
                 for k, point in self.shelf.confirm_points().items()
-                if (only is None or k[1] in only) and k[1] in held
+                if (only is None or k[1] in only) and k[1] in held and k[1] not in self._fenced
             }
             moved, unfit = to_confirm(points, self._confirmed)
             self.overflows += len(unfit)

@@ -1,0 +1,102 @@
+"""Retry tiers of a member that lost its partition without hearing it yet. Found by the fault
+campaign (``par``): a member paused past its lease woke up and, before its rebalance told it
+that it had lost the partition, its tiers' thread ran copies that the partition's new owner
+had written meanwhile; the key's records in between were handled later by other owners, out
+of order. The same happens to a member whose application stops polling past its lease."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier
+from tests.conftest import eventually
+from tests.parallel.conftest import fresh_group
+from tests.parallel.test_retry_tiers import grouped, high_watermark
+
+pytestmark = [pytest.mark.kafka]
+
+
+class Calls:
+    """Offsets a member's handler was called on; ``failing`` always fails."""
+
+    def __init__(self, failing: int = -1) -> None:
+        self.failing = failing
+        self.lock = threading.Lock()
+        self.offsets: list[int] = []
+
+    def __call__(self, record: Record) -> None:
+        with self.lock:
+            self.offsets.append(record.offset or 0)
+        if record.offset == self.failing:
+            raise RuntimeError("fails")
+
+    def seen(self) -> list[int]:
+        with self.lock:
+            return list(self.offsets)
+
+
+def test_a_member_past_its_lease_runs_no_copy_the_new_owner_wrote(
+    cluster, stream_factory, monkeypatch, caplog
+):
+    """Member A owns the partition, then stops polling past its lease; B takes the partition
+    over, and k's first record fails there: B writes its copy and those of k's later records
+    to the tier, which A's tiers' thread still reads. B's tier waits an hour, A's (the same
+    stream) a fifth of a second: were A to handle those copies, it would run them now."""
+    caplog.set_level(logging.INFO, logger="bolide.facade.parallel")
+    stream = stream_factory()
+    tier = f"{stream.name}.tier"
+    group = fresh_group()
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish_async(Record(b"0", key=b"other")).result(60)
+    a_calls, b_calls = Calls(), Calls(failing=1)
+    a, b = grouped(cluster, stream, group), None
+    release = threading.Event()
+    try:
+        a_receiver = a.attach_receiver(
+            a_calls, concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2, stream=tier)]),
+        )  # fmt: skip
+        eventually(lambda: a_calls.seen() == [0], 60)  # A owns the partition, its tier loaded
+        real_poll, real_serve = a.poll, a.is_assigned
+
+        def held_poll(timeout_ms: int):  # A's application stops polling
+            release.wait()
+            return real_poll(timeout_ms)
+
+        def held_serve() -> bool:
+            release.wait()
+            return real_serve()
+
+        monkeypatch.setattr(a, "poll", held_poll)
+        monkeypatch.setattr(a, "is_assigned", held_serve)
+        b = grouped(cluster, stream, group)
+        b.attach_receiver(
+            b_calls, concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=3600, stream=tier)]),
+        )  # fmt: skip
+        eventually(b.is_assigned, 120)  # A's lease ran out: B owns the partition
+        with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+            for i in range(1, 5):
+                pub.publish_async(Record(b"%d" % i, key=b"k"))
+            assert pub.flush(60) == 0
+        # 1 failed at B, 2 to 4 parked behind it: their copies are in the tier, B's.
+        eventually(lambda: high_watermark(cluster, tier, 0) >= 4, 60)
+        assert b_calls.seen() == [1]
+
+        def fenced() -> bool:
+            return any("are left to that member" in m for m in caplog.messages)
+
+        eventually(lambda: len(a_calls.seen()) > 1 or fenced(), 60)
+        assert a_calls.seen() == [0], "A ran copies the partition's new owner wrote"
+        monkeypatch.undo()
+        release.set()  # A polls again: its rebalance gives the partition up
+        eventually(lambda: not a.is_assigned() and a_receiver.metrics().parked == 0, 60)
+        assert a_calls.seen() == [0]
+    finally:
+        release.set()
+        if b is not None:
+            b.close()
+        a.close()
