@@ -303,8 +303,8 @@ class Tiers:
         self.shelf.drop(sorted(gone))
         self._loaded -= gone
         self._full -= gone  # a partition given up is not paused any more
-        fenced, self._fenced = self._fenced & gone, self._fenced - gone
-        with self._reader_lock:
+        with self._reader_lock:  # the tiers' thread fences while it holds it
+            fenced, self._fenced = self._fenced & gone, self._fenced - gone
             if fenced:
                 self._reader.resume([TopicPartition(t, p) for t in self.topics for p in fenced])
             self._reader.incremental_unassign(
