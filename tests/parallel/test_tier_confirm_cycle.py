@@ -10,10 +10,20 @@ member that reads a tier skips the copies confirmed as finished."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
-from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier
+from bolide.facade import (
+    Cluster,
+    Publisher,
+    PublisherConfig,
+    Record,
+    Retry,
+    RetryTier,
+    StreamConfig,
+)
 from bolide.facade.consumer.ledger import encode_finished
 from tests.conftest import eventually
 from tests.parallel.conftest import confirm_source, fresh_group, tier_copy
@@ -43,17 +53,7 @@ def test_two_keys_whose_copies_cross_two_tiers_both_get_confirmed(cluster, strea
         tier_copy(cluster, stream.name, tier, key, origin, attempts)
     # the source is confirmed past the records whose copies are in the tiers
     confirm_source(cluster, group, stream.name, 4)
-    order, lock = [], threading.Lock()
-
-    def handler(record: Record) -> None:
-        with lock:
-            order.append((record.key, record.offset))
-
-    sub = grouped(cluster, stream, group)
-    try:
-        sub.attach_receiver(
-            handler, concurrency=2, retry=Retry(attempts=1, backoff_s=0, tiers=tiers)
-        )
+    with _receiving(cluster, stream, group, tiers) as order:
         eventually(lambda: len(order) == 4, 60)
         assert [o for k, o in order if k == b"a"] == [2, 3]
         assert [o for k, o in order if k == b"b"] == [0, 1]
@@ -61,8 +61,6 @@ def test_two_keys_whose_copies_cross_two_tiers_both_get_confirmed(cluster, strea
             lambda: committed(cluster, group, first) == committed(cluster, group, second) == {0: 2},
             30,
         )
-    finally:
-        sub.close()
 
 
 def test_a_copy_confirmed_as_finished_is_not_run_again(cluster, stream_factory):
@@ -80,7 +78,19 @@ def test_a_copy_confirmed_as_finished_is_not_run_again(cluster, stream_factory):
         tier_copy(cluster, stream.name, tier, key, origin, 1)
     confirm_source(cluster, group, stream.name, 2)
     confirm_source(cluster, group, tier, 0, encode_finished(0, [1]) or "")
-    order, lock = [], threading.Lock()
+    with _receiving(cluster, stream, group, tiers) as order:
+        eventually(lambda: committed(cluster, group, tier) == {0: 2}, 60)
+        assert order == [(b"j", 0)]
+
+
+@contextmanager
+def _receiving(
+    cluster: Cluster, stream: StreamConfig, group: str, tiers: list[RetryTier]
+) -> Iterator[list[tuple[bytes | None, int | None]]]:
+    """A grouped subscriber whose receiver (retry ``tiers``, one call a tier) notes the key
+    and source offset of every call, in call order."""
+    order: list[tuple[bytes | None, int | None]] = []
+    lock = threading.Lock()
 
     def handler(record: Record) -> None:
         with lock:
@@ -91,7 +101,6 @@ def test_a_copy_confirmed_as_finished_is_not_run_again(cluster, stream_factory):
         sub.attach_receiver(
             handler, concurrency=2, retry=Retry(attempts=1, backoff_s=0, tiers=tiers)
         )
-        eventually(lambda: committed(cluster, group, tier) == {0: 2}, 60)
-        assert order == [(b"j", 0)]
+        yield order
     finally:
         sub.close()
