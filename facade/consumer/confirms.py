@@ -426,10 +426,11 @@ class Confirms:
                 for p, o in positions.items()
                 if o > stored.get(p, -1) or (o == stored.get(p) and finished.get(p))
             }
-            if not changed:
-                return
-            owners = {p: self._owners[p] for p in changed if p in self._owners}
-        unclaimed = sorted(set(changed) - set(owners))
+            owners = {p: self._owners[p] for p in positions if p in self._owners}
+        # Every partition's claim is checked, a position that moves nothing included: the
+        # effects beside it (records read again below the stored position) commit only while
+        # this subscriber is the partition's writer.
+        unclaimed = sorted(set(positions) - set(owners))
         if unclaimed:
             raise NotAssignedError(
                 f"{self._topic}{unclaimed}: this subscriber holds no claim on the stored "
@@ -447,13 +448,14 @@ class Confirms:
                         self._stored[p] = o
                     if self._owners.get(p) == owners[p]:
                         self._state.settled(p, o, done.get(p, ()))
-            if not self._grouped:
+            if not self._grouped or not changed:
                 return  # an ungrouped subscriber's consumer group is its own, and throwaway
             try:
                 self.commit(changed, note=False)
             except Exception as exc:
                 self._report(f"commit to Kafka after the database on {self._topic} failed", exc)
 
+        # The unchanged positions are written too (never moving back): that checks their claim.
         store.save(
-            conn, group, self._topic, changed, owners=owners, on_commit=committed, finished=done
+            conn, group, self._topic, positions, owners=owners, on_commit=committed, finished=done
         )

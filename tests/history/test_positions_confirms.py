@@ -238,3 +238,29 @@ def test_a_confirm_on_a_partition_not_held_rolls_its_effects_back(
             conn.execute(table.insert().values(value=again[2].value))
             sub.confirm(again[2].offset, partition=0, conn=conn)
     assert positions.positions(group, stream.name) == {0: 3}
+
+
+def test_a_confirm_below_the_stored_position_still_needs_the_claim(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], store: SqlStore
+) -> None:
+    """A confirm that moves no position (its records are below the one stored: read again
+    after a seek, or from the group's offsets when a claim failed) still commits effects: it
+    is refused once another subscriber claimed the partition, and the effects roll back."""
+    stream = stream_factory()
+    publish(cluster, stream, 4)
+    positions = SqlPositions(store, group="below")
+    table = ledger(store)
+    config = SubscriberConfig(stream=stream, initial_offset_scheme=EARLIEST, positions=positions)
+    with Subscriber(cluster, config) as first:
+        records = poll_count(first, 4)
+        with store.engine.begin() as conn:
+            first.confirm(conn=conn)
+        with Subscriber(cluster, config) as second:
+            assert not len(second.poll(200))  # claimed, and resumes after the records
+            with pytest.raises(NotAssignedError, match="claimed by another"):
+                with store.engine.begin() as conn:
+                    conn.execute(table.insert().values(value=records[1].value))
+                    first.confirm(records[1].offset, partition=0, conn=conn)
+            with store.engine.connect() as conn:
+                assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+    assert positions.positions("below", stream.name) == {0: 4}
