@@ -181,6 +181,7 @@ def assemble(
         lease_expired=lambda: lease.expired(),  # the lease, built next, drops what is lost
         pending=pending,
         refusals=refusals,
+        claim_again=lambda: lease.claim_again(),
     )
     lease = Lease(
         config,

@@ -42,6 +42,8 @@ class Fetcher:
         durable: A durable client's session (replay flags, live records held back), or ``None``.
         report: The subscriber's error handler.
         lease_expired: Called when the consumer missed its poll deadline (the lease is lost).
+        claim_again: Called before each poll: asks again for a position store's claims that
+            failed on assignment.
         pending: The queue of what is read, not yet delivered (history records and Kafka
             messages, in order); updated in place, never replaced.
         refusals: The consumer's ``error_cb``: an answer retrying cannot fix, raised by poll.
@@ -62,6 +64,7 @@ class Fetcher:
         lease_expired: Callable[[], None],
         pending: deque[Message | Record],
         refusals: Refusals,
+        claim_again: Callable[[], None],
     ) -> None:
         self.pending = pending
         self._refusals = refusals
@@ -89,6 +92,7 @@ class Fetcher:
         self._ringed: set[int] = set()  # partitions read from the shared ring
         self._report = report
         self._lease_expired = lease_expired
+        self._claim_again = claim_again
         # Raised by the next poll, with the positions it counts as read once raised.
         self._deferred: tuple[Exception, dict[int, int]] | None = None
         self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
@@ -112,6 +116,7 @@ class Fetcher:
             raise refused_error(refused, self._cluster, self._config)
         if self._durable is not None:
             self._durable.before_poll()
+        self._claim_again()
         # Records given back come alone before a deferred failure, as they did the first time.
         limit = self._limit if self._deferred is None else min(self._limit, self._returned)
         self._returned = 0

@@ -30,6 +30,8 @@ _LEAVE_BATCH = 500
 _LEAVE_POLL_S = 0.05
 #: Polls in a row with nothing assigned and no rebalance callback before ``close``.
 _LEAVE_QUIET_POLLS = 4
+#: How long a member waits before asking its position store again for a claim that failed.
+_CLAIM_RETRY_S = 1.0
 
 PartitionHook = Callable[[list[int]], None]
 
@@ -85,6 +87,9 @@ class Lease:
         self._fetcher = fetcher
         #: Rebalance callbacks served (see ``leave``); a first one means the group answered.
         self.rebalances = 0
+        # Partitions whose position store claim failed on assignment, and when to ask again.
+        self._unclaimed: set[int] = set()
+        self._claim_at = 0.0
 
     def subscribe(self) -> None:
         """Join the group (again), with this lease's rebalance callbacks."""
@@ -119,6 +124,8 @@ class Lease:
         parts = [tp.partition for tp in partitions]
         positions = self._positions
         known: dict[int, int] = {}
+        self._unclaimed.difference_update(parts)
+        unclaimed: list[int] = []
         try:
             committed = self._confirms.committed(parts)
             known = dict(committed)
@@ -130,15 +137,51 @@ class Lease:
             # the failure (a position store's are ahead of the group's), never back below them.
             self._report(f"positioning {self._topic}{parts} failed; using confirmed offsets", exc)
             positions.fallback(parts, known)
+            if self._confirms.keeps_positions and not known:
+                # The store's claim failed: nothing read could be confirmed, and the group's
+                # offsets lag the store's. Read nothing until a later poll claims them.
+                unclaimed = parts
         state = self._state
         # An incremental protocol hands over only the partitions gained; eager, all held.
         state.take(state.assigned() | set(parts) if state.incremental else parts)
+        if unclaimed:
+            self._unclaimed.update(unclaimed)
+            self._claim_at = time.monotonic() + _CLAIM_RETRY_S
+            state.holds.hold(unclaimed, "claim")
         log.info("%s assigned %s[%s]", self._group_id, self._topic, parts)
         if self._durable is not None:
             self._durable.on_assigned(parts)
         hook = self._config.on_assign
         if hook is not None:
             self._lock.call(lambda: self._call_hook(hook, "on_assign", parts))
+
+    def claim_again(self) -> None:
+        """Ask the position store again (at most once a second) for the claims that failed on
+        assignment; a partition claimed reads on from its stored position."""
+        if not self._unclaimed or time.monotonic() < self._claim_at:
+            return
+        state = self._state
+        parts = sorted(self._unclaimed & state.assigned())
+        self._unclaimed.clear()
+        if not parts:
+            return
+        try:
+            committed = self._confirms.committed(parts)
+            if self._durable is not None:
+                committed = self._durable.kept_positions(committed)
+        except Exception as exc:
+            self._unclaimed.update(parts)
+            self._claim_at = time.monotonic() + _CLAIM_RETRY_S
+            self._report(f"claiming {self._topic}{parts} failed again; not reading them", exc)
+            return
+        last_read = state.last_read()
+        for p in parts:
+            last = last_read.get(p)
+            if last is not None and committed.get(p, -1) > last + 1:
+                state.unread(p)  # another member confirmed beyond what this one read
+            self._fetcher.move(p, self._positions.initial(p, committed.get(p)))
+        state.holds.release(parts, "claim")
+        log.info("%s claimed %s%s", self._group_id, self._topic, parts)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
@@ -155,6 +198,7 @@ class Lease:
     def lose(self, parts: list[int], *, lost: bool) -> None:
         """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``."""
         held = self._state.assigned() & set(parts)
+        self._unclaimed.difference_update(parts)
         hook, listener = self._config.on_revoke, self._hooks.on_revoke
         if held and listener is not None and lost:
             listener(sorted(held), True)

@@ -3,8 +3,10 @@ written in the application's transaction, read back at start and on assignment, 
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -275,3 +277,44 @@ def test_positions_are_checked(
             sub.confirm(conn=conn)
     with SqlPositions(db_url, group="x") as owned:
         assert owned.positions("x", stream.name) == {}
+
+
+def test_a_member_whose_claim_fails_reads_nothing_until_it_claims(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], tmp_path: Path
+) -> None:
+    """The claim on assignment failed (another writer held the database): the member cannot
+    write the partition's position, so it reads none of its records (Kafka's committed
+    offset, below the table's, would hand it records 2-4 a second time). Once the database
+    answers, a later poll claims the partition and reads on from the table's position."""
+    path = tmp_path / "positions.db"
+    stream, group = stream_factory(), f"g-{uuid.uuid4().hex[:8]}"
+    with SqlStore(f"sqlite:///{path}", busy_timeout_ms=100) as store:
+        store.upgrade()
+        table_ahead_of_kafka(cluster, store, stream, group)
+        table = ledger(store)
+        reports: list[BaseException] = []
+        config = SubscriberConfig(
+            stream=stream,
+            group=group,
+            lease_timeout_ms=LEASE_MS,
+            positions=SqlPositions(store),
+            error_handler=lambda summary, error: reports.append(error),
+        )
+        locker = sqlite3.connect(path, isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            with Subscriber(cluster, config) as sub:
+                early: list[Record] = []
+                eventually(lambda: early.extend(sub.poll(200)) or (sub.is_assigned() and reports))
+                early.extend(sub.poll(1_000))
+                assert not early, "read without the claim"
+                locker.execute("COMMIT")
+                got = poll_count(sub, 3)
+                assert [r.offset for r in got] == [5, 6, 7]
+                with store.engine.begin() as conn:
+                    conn.execute(table.insert(), [{"value": r.data} for r in got])
+                    sub.confirm(conn=conn)
+        finally:
+            locker.close()
+        assert SqlPositions(store).positions(group, stream.name) == {0: 8}
+        assert rows(store, table) == [b"0005", b"0006", b"0007"]

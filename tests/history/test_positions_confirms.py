@@ -257,10 +257,10 @@ def test_a_confirm_below_the_stored_position_still_needs_the_claim(
             first.confirm(conn=conn)
         with Subscriber(cluster, config) as second:
             assert not len(second.poll(200))  # claimed, and resumes after the records
-            with pytest.raises(NotAssignedError, match="claimed by another"):
-                with store.engine.begin() as conn:
-                    conn.execute(table.insert().values(value=records[1].value))
-                    first.confirm(records[1].offset, partition=0, conn=conn)
+            refused = pytest.raises(NotAssignedError, match="claimed by another")
+            with refused, store.engine.begin() as conn:
+                conn.execute(table.insert().values(value=records[1].value))
+                first.confirm(records[1].offset, partition=0, conn=conn)
             with store.engine.connect() as conn:
                 assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
     assert positions.positions("below", stream.name) == {0: 4}
