@@ -54,6 +54,7 @@ from bolide.facade.errors import (
     StoreError,
     StreamConfigMismatchError,
     TransactionError,
+    TransactionInDoubtError,
 )
 from bolide.facade.parallel import (
     ParallelReceiver,
@@ -109,6 +110,7 @@ __all__ = [
     "Subscriber",
     "SubscriberConfig",
     "TransactionError",
+    "TransactionInDoubtError",
     "new_subscriber",
     "publish_sequence",
     "sequence_headers",

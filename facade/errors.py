@@ -74,6 +74,7 @@ __all__ = [
     "StoreError",
     "StreamConfigMismatchError",
     "TransactionError",
+    "TransactionInDoubtError",
 ]
 
 
@@ -162,7 +163,19 @@ class TransactionError(PublishError):
     """A transaction could not be begun, committed or aborted, or was used out of turn.
 
     Nothing published in a transaction that failed to commit is seen by ``read_committed``
-    subscribers, and the input positions confirmed in it stay where they were.
+    subscribers, and the input positions confirmed in it stay where they were; the one
+    exception is ``TransactionInDoubtError``, a commit whose outcome the cluster never told.
+    """
+
+
+class TransactionInDoubtError(TransactionError):
+    """A commit was sent and the cluster did not say how it ended, though it was asked again
+    for the whole transaction timeout: its records and positions may be visible or not.
+
+    Unlike any other ``TransactionError``, the transaction may have committed. The publisher
+    is done: close it. The next publisher with the same ``transactional_id`` finishes or
+    aborts the transaction when it starts, and ``read_committed`` readers then see that one
+    outcome (with ``confirm(sub)``, the input positions moved with the outputs or did not).
     """
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
@@ -78,7 +78,12 @@ class Publisher(Closing):
         )
         self.partitions = ensure_topic(cluster, config.stream)
         self._txn = (
-            Transactions(self._producer, config.transactional_id, self.stream.name)
+            Transactions(
+                self._producer,
+                config.transactional_id,
+                self.stream.name,
+                transaction_timeout_s=_transaction_timeout_s(config.producer_config),
+            )
             if config.transactional_id
             else None
         )
@@ -339,6 +344,9 @@ class Publisher(Closing):
         Raises:
             TransactionError: The publisher is not transactional, a transaction is already
                 open, or the commit failed (the transaction was aborted).
+            TransactionInDoubtError: The commit got no answer within the transaction timeout
+                (``transaction.timeout.ms``; a commit that timed out is asked again until
+                then): it may have committed. Close the publisher.
             ProducerFencedError: A newer publisher with the same ``transactional_id`` started.
         """
         txn = self._transactions()
@@ -418,3 +426,8 @@ class Publisher(Closing):
 
     def __repr__(self) -> str:
         return f"Publisher(stream={self.stream.name!r}, group={self.group!r})"
+
+
+def _transaction_timeout_s(settings: Mapping[str, Any]) -> float:
+    """The producer's ``transaction.timeout.ms`` in seconds (librdkafka's default: 60 s)."""
+    return int(settings.get("transaction.timeout.ms", 60_000)) / 1000

@@ -4,7 +4,9 @@ One transaction at a time: ``begin``; the records published; ``confirm`` adds a 
 delivered positions (``send_offsets_to_transaction``); ``commit`` makes all of it visible to
 ``read_committed`` readers at once, or ``abort`` drops all of it. librdkafka's rules for a
 failed call are followed: a retriable error is retried, an abortable one aborts, a fatal one
-(fencing among them) ends the publisher.
+(fencing among them) ends the publisher. A commit that timed out may still complete (librdkafka
+goes on with it in the background), so it is asked again, never aborted, until the cluster
+says how it ended.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from bolide.facade._internal.fatal import FATAL_CODES, Scope, fatal_error
-from bolide.facade.errors import ProducerFencedError, TransactionError
+from bolide.facade.errors import (
+    ProducerFencedError,
+    TransactionError,
+    TransactionInDoubtError,
+)
 
 __all__ = ["FENCED", "OffsetSource", "TransactionSource", "Transactions"]
 
@@ -51,6 +57,9 @@ class Transactions:
         transactional_id: Its transactional id (for messages).
         stream: The publisher's stream (for messages).
         timeout_s: How long each transactional call may take.
+        transaction_timeout_s: The producer's ``transaction.timeout.ms``: how long a commit
+            whose outcome is unknown is asked again (the coordinator ends every transaction
+            within it).
 
     Raises:
         ProducerFencedError: Initialising was refused for fencing.
@@ -58,12 +67,18 @@ class Transactions:
     """
 
     def __init__(
-        self, producer: Producer, transactional_id: str, stream: str, timeout_s: float = 30.0
+        self,
+        producer: Producer,
+        transactional_id: str,
+        stream: str,
+        timeout_s: float = 30.0,
+        transaction_timeout_s: float = 60.0,
     ) -> None:
         self._producer = producer
         self.transactional_id = transactional_id
         self._stream = stream
         self._timeout_s = timeout_s
+        self._transaction_timeout_s = transaction_timeout_s
         self._lock = threading.Lock()
         self.open = False
         self._closed = False
@@ -204,9 +219,10 @@ class Transactions:
         with self._lock:
             self._check()
             try:
-                self._run(
-                    "commit transaction", lambda: self._producer.commit_transaction(self._timeout_s)
-                )
+                self._commit()
+            except TransactionInDoubtError as exc:
+                self._end(exc)  # neither committed nor aborted as far as anyone here knows
+                raise
             except TransactionError:
                 if self._ended is None:
                     self._abort_quietly()
@@ -216,6 +232,44 @@ class Transactions:
                 callbacks, self._after_commit = self._after_commit, []
             for callback in callbacks:  # committed: the positions sent with it hold
                 callback()
+
+    def _commit(self) -> None:
+        """``commit_transaction``, asked again while its outcome is unknown: a timeout (the
+        coordinator paused, or moving) leaves the commit going on in the background, and an
+        abort then would fail while the commit still lands.
+
+        Raises:
+            TransactionInDoubtError: No answer within the transaction timeout.
+            TransactionError: The commit failed (abortable, fatal or fenced).
+        """
+        deadline = time.monotonic() + self._transaction_timeout_s + self._timeout_s
+        while True:
+            try:
+                self._run(
+                    "commit transaction", lambda: self._producer.commit_transaction(self._timeout_s)
+                )
+                return
+            except TransactionError as exc:
+                err = exc.cause
+                unknown = (
+                    isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
+                )
+                if not unknown or self._ended is not None:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise TransactionInDoubtError(
+                        f"the commit of transactional_id {self.transactional_id!r} got no "
+                        f"answer within the transaction timeout ({err.str()}): it may have "
+                        "committed; close this publisher, and the next one with the id "
+                        "finishes or aborts it",
+                        stream=self._stream,
+                        cause=err,
+                    ) from exc
+                log.warning(
+                    "commit of a transaction on %r got no answer yet (%s); asking again",
+                    self._stream,
+                    err.str(),
+                )
 
     def abort(self) -> None:
         """Abort the open transaction, if any: nothing of it is seen by ``read_committed``

@@ -33,9 +33,10 @@ Modes:
 ``eos``
     exactly-once read-process-publish: each batch is published to the output stream and its
     input positions confirmed in one Kafka transaction (``txn`` events: ``begin``, then
-    ``commit`` or ``abort``). Output records carry their input's place (``in``) and their
-    transaction (``txn``). The transactional id is the slot's, so a restarted worker fences
-    its predecessor, and a paused one that wakes after its lease is fenced by the group.
+    ``commit``, ``abort``, or ``in-doubt`` for a commit the cluster never answered). Output
+    records carry their input's place (``in``) and their transaction (``txn``). The
+    transactional id is the slot's, so a restarted worker fences its predecessor, and a
+    paused one that wakes after its lease is fenced by the group.
 
 Usage: ``python -m tests.chaos.worker MODE BOOTSTRAP TOPIC OUTPUT PARTITIONS GROUP SLOT DB
 HISTORY PROC STOP`` (``DB``: a database URL, or ``-``).
@@ -66,7 +67,12 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.errors import BolideError, DurableClientBusyError, StoreError
+from bolide.facade.errors import (
+    BolideError,
+    DurableClientBusyError,
+    StoreError,
+    TransactionInDoubtError,
+)
 from bolide.stores import Archiver, ArchiverStats, Outbox, RelayConfig, SqlPositions, SqlStore
 from tests.chaos.history import History
 from tests.chaos.supervisor import PARENT_ENV
@@ -169,6 +175,9 @@ def run_eos(args: argparse.Namespace, history: History) -> None:
                         headers = [("in", place), ("txn", txn.encode())]
                         pub.publish_async(Record(r.data, key=r.key, headers=headers))
                     pub.confirm(sub)
+            except TransactionInDoubtError as exc:  # committed or not: the next one settles it
+                history.add("txn", status="in-doubt", txn=txn, error=type(exc).__name__)
+                raise
             except BolideError as exc:
                 history.add("txn", status="abort", txn=txn, error=type(exc).__name__)
                 raise

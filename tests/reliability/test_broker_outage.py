@@ -209,3 +209,42 @@ def test_an_archiver_started_while_the_broker_does_not_answer_archives_once_it_d
         stats = archiver.stop()
     assert stats.records == 10 and stats.retries >= 1
     assert not any("stopped" in r for r in reports), reports
+
+
+#: Longer than a transactional call's own timeout (30 s): the commit times out once.
+COMMIT_PAUSE_S = 35.0
+
+
+def test_a_commit_the_paused_broker_did_not_answer_is_asked_again_and_lands(
+    broker: EmbeddedBroker,
+) -> None:
+    """The broker stops answering (a long pause) once a transaction's records are delivered:
+    the commit times out while it goes on in the background. It is asked again, never
+    aborted, so the block ends without an error once the broker answers, and what it
+    committed is read once (an abort reported then would have been a lie: the records land)."""
+    cluster = broker.cluster()
+    stream = StreamConfig(name=f"in-doubt-{uuid.uuid4().hex[:8]}", partitions=1)
+    config = PublisherConfig(stream=stream, transactional_id=f"t-{uuid.uuid4().hex[:8]}")
+    (node,) = broker.node_ids
+    with Publisher(cluster, config) as pub:
+        resume = threading.Timer(COMMIT_PAUSE_S, broker.resume_node, (node,))
+        try:
+            with pub.transaction():
+                pub.publish_async(Record(b"committed once"))
+                assert pub.flush(60) == 0  # delivered: only the commit is left
+                broker.pause_node(node)
+                resume.start()
+        finally:
+            resume.join()
+            broker.resume_node(node)
+        with pub.transaction():
+            pub.publish_async(Record(b"next"))
+    reader = SubscriberConfig(
+        stream=stream,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+        consumer_config={"isolation.level": "read_committed"},
+    )
+    got: list[bytes] = []
+    with Subscriber(cluster, reader) as sub:
+        eventually(lambda: got.extend(r.data or b"" for r in sub.poll(500)) or len(got) >= 2, 60)
+    assert got == [b"committed once", b"next"]
