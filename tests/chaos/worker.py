@@ -13,7 +13,7 @@ Modes:
 ``par``
     a parallel receiver keeping key order, with retry tiers: records whose number is a
     multiple of 7 fail their first call in each process (``read`` once handled, ``dead``
-    when given up).
+    when given up; ``assigned`` with the positions resumed, and ``revoked``).
 ``archive``
     the archiver copies the stream into the history store of the database ``DB`` (its own
     consumer group; a batch's rows in one transaction, then its offsets), recording the
@@ -324,8 +324,22 @@ def run_par(args: argparse.Namespace, history: History) -> None:
         detail = None if error is None else f"{type(error).__name__}: {error}"[:300]
         history.add("error", summary=summary[:300], error=detail)
 
+    subs: list[Subscriber] = []
+
+    def positions() -> dict[str, int | None]:
+        health = subs[0].health(lag=False) if subs else None
+        return {} if health is None else {str(h.partition): h.position for h in health.partitions}
+
+    def assigned(parts: list[int]) -> None:  # where each partition resumes, for the trace
+        history.add("assigned", partitions=parts, positions=positions())
+
+    def revoked(parts: list[int]) -> None:
+        history.add("revoked", partitions=parts)
+
     tiers = [RetryTier(delay_s=0.5), RetryTier(delay_s=1.0)]
-    with _subscriber(args, error_handler=report) as sub:
+    hooks = {"on_assign": assigned, "on_revoke": revoked}
+    with _subscriber(args, error_handler=report, **hooks) as sub:
+        subs.append(sub)
         sub.attach_receiver(
             handler, concurrency=8, max_in_flight=200, dead_letter=dead,
             retry=Retry(attempts=1, backoff_s=0, tiers=tiers),
