@@ -16,7 +16,13 @@ from types import TracebackType
 from typing import Any, Literal
 
 from bolide.facade.broker._engine import Engine
-from bolide.facade.broker._process import free_port, log_tail, port_taken, stop_process
+from bolide.facade.broker._process import (
+    free_port,
+    free_ports,
+    log_tail,
+    port_taken,
+    stop_process,
+)
 from bolide.facade.broker.apache import (
     FAST_GROUP_SETTINGS,
     GROUP_SETTINGS,
@@ -46,6 +52,7 @@ __all__ = [
     "GroupSettings",
     "SecurityName",
     "free_port",
+    "free_ports",
     "log_tail",
     "port_taken",
     "resolve_engine",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from bolide.facade.errors import BrokerError
 
 __all__ = [
     "free_port",
+    "free_ports",
     "log_tail",
     "port_taken",
     "signal_process",
@@ -24,9 +26,22 @@ __all__ = [
 
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
+    """``count`` distinct loopback ports nothing listens on right now, none of ``taken``:
+    held together while they are picked, so that processes started one after the other
+    (before any of them has bound its port) never get the same one."""
+    ports: list[int] = []
+    with contextlib.ExitStack() as held:
+        while len(ports) < count:
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                ports.append(port)
+    return ports
 
 
 def port_taken(port: int, host: str = "127.0.0.1") -> bool:

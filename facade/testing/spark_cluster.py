@@ -37,7 +37,7 @@ from typing import Any
 
 import pyspark
 
-from bolide.facade.broker import free_port, log_tail, stop_process
+from bolide.facade.broker import free_ports, log_tail, stop_process
 
 __all__ = ["DRIVER_SETTINGS", "StandaloneCluster", "session_settings"]
 
@@ -82,6 +82,7 @@ class StandaloneCluster:
     ui_port: int = 0
     master: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _ports: set[int] = field(default_factory=set)  # ports given to the daemons
 
     def _spawn(self, name: str, cls: str, *args: str) -> subprocess.Popen[bytes]:
         env = {
@@ -105,19 +106,25 @@ class StandaloneCluster:
         """Start the master and ``workers`` workers (1 core, 1 GiB each); wait until every
         worker has registered."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        port, self.ui_port = free_port(), free_port()
+        # Picked together: the JVMs bind them seconds later, and a worker's UI on the
+        # master's port would answer the master's questions.
+        port, self.ui_port, *ui_ports = free_ports(2 + workers)
+        self._ports = {port, self.ui_port, *ui_ports}
         self.master_url = f"spark://127.0.0.1:{port}"
         ports = ["--port", str(port), "--webui-port", str(self.ui_port)]
         master_args = ["--host", "127.0.0.1", *ports]
         self.master = self._spawn("master", _MASTER, *master_args)
-        self.workers = [self._worker(n) for n in range(workers)]
+        self.workers = [self._worker(n, ui) for n, ui in enumerate(ui_ports)]
         self.wait_workers(workers, timeout_s)
 
-    def _worker(self, n: int) -> subprocess.Popen[bytes]:
+    def _worker(self, n: int, ui_port: int | None = None) -> subprocess.Popen[bytes]:
+        if ui_port is None:
+            ui_port = free_ports(1, taken=self._ports)[0]
+            self._ports.add(ui_port)
         work = self.directory / f"work-{n}"
         work.mkdir(exist_ok=True)
         args = ["--host", "127.0.0.1", "--cores", "1", "--memory", "1g"]
-        args += ["--webui-port", str(free_port()), "--work-dir", str(work), self.master_url]
+        args += ["--webui-port", str(ui_port), "--work-dir", str(work), self.master_url]
         return self._spawn(f"worker-{n}", _WORKER, *args)
 
     def add_worker(self, timeout_s: float = 180.0) -> None:
@@ -145,7 +152,7 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
                 state: dict[str, Any] = json.load(r)
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or not its JSON yet
             return 0
         return int(state.get("aliveworkers", 0))
 
