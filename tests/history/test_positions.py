@@ -68,6 +68,19 @@ def ungrouped(cluster: Cluster, stream: StreamConfig, positions: SqlPositions) -
     return Subscriber(cluster, config)
 
 
+def reporting_member(
+    stream: StreamConfig, group: str, store: SqlStore, reports: list[BaseException]
+) -> SubscriberConfig:
+    """A member of ``group`` keeping its positions in ``store``; its reports go to ``reports``."""
+    return SubscriberConfig(
+        stream=stream,
+        group=group,
+        lease_timeout_ms=LEASE_MS,
+        positions=SqlPositions(store),
+        error_handler=lambda summary, error: reports.append(error),
+    )
+
+
 def table_ahead_of_kafka(
     cluster: Cluster, store: SqlStore, stream: StreamConfig, group: str
 ) -> None:
@@ -182,13 +195,7 @@ def test_a_member_whose_positioning_fails_resumes_from_the_table_not_from_kafka(
 
     monkeypatch.setattr(positions_module, "log_starts", leader_down)
     reports: list[BaseException] = []
-    config = SubscriberConfig(
-        stream=stream,
-        group=group,
-        lease_timeout_ms=LEASE_MS,
-        positions=SqlPositions(store),
-        error_handler=lambda summary, error: reports.append(error),
-    )
+    config = reporting_member(stream, group, store, reports)
     with Subscriber(cluster, config) as sub:
         got = poll_count(sub, 3)
         assert [r.offset for r in got] == [5, 6, 7]
@@ -293,13 +300,7 @@ def test_a_member_whose_claim_fails_reads_nothing_until_it_claims(
         table_ahead_of_kafka(cluster, store, stream, group)
         table = ledger(store)
         reports: list[BaseException] = []
-        config = SubscriberConfig(
-            stream=stream,
-            group=group,
-            lease_timeout_ms=LEASE_MS,
-            positions=SqlPositions(store),
-            error_handler=lambda summary, error: reports.append(error),
-        )
+        config = reporting_member(stream, group, store, reports)
         locker = sqlite3.connect(path, isolation_level=None)
         try:
             locker.execute("BEGIN EXCLUSIVE")
