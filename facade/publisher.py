@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
@@ -45,9 +44,6 @@ from bolide.facade.telemetry import TELEMETRY
 __all__ = ["PublishCallback", "Publisher"]
 
 log = logging.getLogger(__name__)
-
-#: How long a transactional call waits before the publisher asks for metadata (then again).
-_NUDGE_S = 5.0
 
 
 class Publisher(Closing):
@@ -122,18 +118,9 @@ class Publisher(Closing):
         self._poller.start()
 
     def _serve(self) -> None:
-        nudged = 0.0
         while not self._closed.is_set():
             try:
                 self._producer.poll(0.05)
-                txn = self._txn
-                if txn is not None and txn.stalled(_NUDGE_S) and time.monotonic() > nudged:
-                    # librdkafka can leave a coordinator request waiting, past its timeout,
-                    # on a broker it dropped from its metadata once that broker is back
-                    # (librdkafka #5456, #5511): new metadata brings the broker back, and
-                    # its state change sends the request on.
-                    nudged = time.monotonic() + _NUDGE_S
-                    self._producer.list_topics(timeout=_NUDGE_S)
             except KafkaException as exc:
                 # A fatal error (a transactional publisher fenced, an idempotent one refused its
                 # producer id): librdkafka fails what is queued, and every later call says why.

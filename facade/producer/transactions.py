@@ -84,7 +84,6 @@ class Transactions:
         self._closed = False
         self._ended: TransactionError | None = None  # fenced, or a fatal error
         self._after_commit: list[Callable[[], None]] = []
-        self._calling_since: float | None = None  # when the call in progress began
         self._run("initialise transactions", lambda: producer.init_transactions(timeout_s))
 
     # -- state -------------------------------------------------------------------------------
@@ -128,21 +127,12 @@ class Transactions:
         if self._closed:
             raise TransactionError("publisher is closed", stream=self._stream)
 
-    def stalled(self, after_s: float) -> bool:
-        """Whether a transactional call has been waiting longer than ``after_s``."""
-        since = self._calling_since
-        return since is not None and time.monotonic() - since > after_s
-
     def _run(self, what: str, call: Callable[[], object]) -> None:
         """One transactional call, its errors typed (a retriable one is retried)."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             try:
-                self._calling_since = time.monotonic()
-                try:
-                    call()
-                finally:
-                    self._calling_since = None
+                call()
                 return
             except KafkaException as exc:
                 err = exc.args[0]
