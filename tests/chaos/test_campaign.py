@@ -1,6 +1,6 @@
 """The campaign itself, short: a seeded run of every workload but ``par`` and ``outbox``
-(``CI_WORKLOADS``) under every fault kind keeps each promise, and a run of the at-least-once workload interrupted midway still
-checks what it recorded. Neither leaves a process behind."""
+(``CI_WORKLOADS``) under every fault kind keeps each promise, and a run of the at-least-once
+workload interrupted midway still checks what it recorded. Neither leaves a process behind."""
 
 from __future__ import annotations
 
