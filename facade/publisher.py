@@ -64,25 +64,22 @@ class Publisher(Closing):
         self.cluster = cluster
         self.config = config
         self.stream = config.stream
-        # Settings are checked when the client is built: a bad one fails before any topic work.
-        self._producer = new_client(
-            Producer,
-            cluster.client_config(
-                PRODUCER_DEFAULTS,
-                {"client.id": f"bolide-pub-{self.stream.name}"},
-                config.producer_config,
-                {"transactional.id": config.transactional_id} if config.transactional_id else None,
-                {"error_cb": self._on_client_error},
-            ),
-            "producer_config",
+        settings = cluster.client_config(
+            PRODUCER_DEFAULTS,
+            {"client.id": f"bolide-pub-{self.stream.name}"},
+            config.producer_config,
+            {"transactional.id": config.transactional_id} if config.transactional_id else None,
+            {"error_cb": self._on_client_error},
         )
+        # Settings are checked when the client is built: a bad one fails before any topic work.
+        self._producer = new_client(Producer, settings, "producer_config")
         self.partitions = ensure_topic(cluster, config.stream)
         self._txn = (
             Transactions(
                 self._producer,
                 config.transactional_id,
                 self.stream.name,
-                transaction_timeout_s=_transaction_timeout_s(config.producer_config),
+                transaction_timeout_s=_transaction_timeout_s(settings),
             )
             if config.transactional_id
             else None

@@ -174,12 +174,8 @@ class Lease:
             self._claim_at = time.monotonic() + _CLAIM_RETRY_S
             self._report(f"claiming {self._topic}{parts} failed again; not reading them", exc)
             return
-        last_read = state.last_read()
-        for p in parts:
-            last = last_read.get(p)
-            if last is not None and committed.get(p, -1) > last + 1:
-                state.unread(p)  # another member confirmed beyond what this one read
-            self._fetcher.move(p, self._positions.initial(p, committed.get(p)))
+        for p, offset in self._positions.resume_targets(parts, committed).items():
+            self._fetcher.move(p, offset)  # the others stay where delivery stands
         state.holds.release(parts, "claim")
         log.info("%s claimed %s%s", self._group_id, self._topic, parts)
 

@@ -163,6 +163,12 @@ class Positions:
 
     def resume(self, parts: list[int], committed: dict[int, int]) -> None:
         """Assign ``parts`` gained in a rebalance, from ``committed`` or the initial scheme."""
+        self.assign(self.resume_targets(parts, committed))
+
+    def resume_targets(self, parts: list[int], committed: dict[int, int]) -> dict[int, int]:
+        """Where ``parts`` resume: ``committed`` (never below this member's own confirm), else
+        the initial scheme; what this member read stays confirmable only where no other
+        member confirmed beyond it."""
         state = self.state
         for p, mine in state.confirmed().items():
             # An asynchronous confirm may not have landed yet: never go back below it.
@@ -175,7 +181,7 @@ class Positions:
             if last is not None and done is not None and done > last + 1:
                 state.unread(p)
             self.history.close(p)
-        self.assign({p: self.initial(p, committed.get(p)) for p in parts})
+        return {p: self.initial(p, committed.get(p)) for p in parts}
 
     def fallback(self, parts: list[int], known: Mapping[int, int]) -> None:
         """Assign ``parts`` without the history or the initial offset scheme: from the

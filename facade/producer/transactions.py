@@ -127,9 +127,10 @@ class Transactions:
         if self._closed:
             raise TransactionError("publisher is closed", stream=self._stream)
 
-    def _run(self, what: str, call: Callable[[], object]) -> None:
-        """One transactional call, its errors typed (a retriable one is retried)."""
-        deadline = time.monotonic() + self._timeout_s
+    def _run(self, what: str, call: Callable[[], object], within_s: float | None = None) -> None:
+        """One transactional call, its errors typed (a retriable one is retried for
+        ``within_s``, one call's timeout by default)."""
+        deadline = time.monotonic() + (self._timeout_s if within_s is None else within_s)
         while True:
             try:
                 call()
@@ -234,42 +235,32 @@ class Transactions:
                 callback()
 
     def _commit(self) -> None:
-        """``commit_transaction``, asked again while its outcome is unknown: a timeout (the
-        coordinator paused, or moving) leaves the commit going on in the background, and an
-        abort then would fail while the commit still lands.
+        """``commit_transaction``, asked again while its outcome is unknown, for the whole
+        transaction timeout: a timeout (the coordinator paused, or moving) leaves the commit
+        going on in the background, and an abort then would fail while the commit still lands.
 
         Raises:
-            TransactionInDoubtError: No answer within the transaction timeout.
+            TransactionInDoubtError: Still unknown after the transaction timeout.
             TransactionError: The commit failed (abortable, fatal or fenced).
         """
-        deadline = time.monotonic() + self._transaction_timeout_s + self._timeout_s
-        while True:
-            try:
-                self._run(
-                    "commit transaction", lambda: self._producer.commit_transaction(self._timeout_s)
-                )
-                return
-            except TransactionError as exc:
-                err = exc.cause
-                unknown = (
-                    isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
-                )
-                if not unknown or self._ended is not None:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise TransactionInDoubtError(
-                        f"the commit of transactional_id {self.transactional_id!r} got no "
-                        f"answer within the transaction timeout ({err.str()}): it may have "
-                        "committed; close this publisher, and the next one with the id "
-                        "finishes or aborts it",
-                        stream=self._stream,
-                        cause=err,
-                    ) from exc
-                log.warning(
-                    "commit of a transaction on %r got no answer yet (%s); asking again",
-                    self._stream,
-                    err.str(),
-                )
+        try:
+            self._run(
+                "commit transaction",
+                lambda: self._producer.commit_transaction(self._timeout_s),
+                within_s=self._transaction_timeout_s + self._timeout_s,
+            )
+        except TransactionError as exc:
+            err = exc.cause
+            # What ``_run`` retries: its last answer still left the outcome unknown.
+            if isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort():
+                raise TransactionInDoubtError(
+                    f"the commit of transactional_id {self.transactional_id!r} got no answer "
+                    f"within the transaction timeout ({err.str()}): it may have committed; "
+                    "close this publisher, and the next one with the id finishes or aborts it",
+                    stream=self._stream,
+                    cause=err,
+                ) from exc
+            raise
 
     def abort(self) -> None:
         """Abort the open transaction, if any: nothing of it is seen by ``read_committed``

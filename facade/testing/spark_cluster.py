@@ -82,7 +82,7 @@ class StandaloneCluster:
     ui_port: int = 0
     master: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    _ports: set[int] = field(default_factory=set)  # ports given to the daemons
+    _ports: set[int] = field(default_factory=set, init=False, repr=False)  # the daemons' ports
 
     def _spawn(self, name: str, cls: str, *args: str) -> subprocess.Popen[bytes]:
         env = {
