@@ -6,7 +6,10 @@ delivered positions (``send_offsets_to_transaction``); ``commit`` makes all of i
 failed call are followed: a retriable error is retried, an abortable one aborts, a fatal one
 (fencing among them) ends the publisher. A commit that timed out may still complete (librdkafka
 goes on with it in the background), so it is asked again, never aborted, until the cluster
-says how it ended.
+says how it ended. librdkafka can wait inside a transactional call long past its timeout (a
+coordinator whose broker left its metadata); a call that overruns it by ``OVERRUN_GRACE_S`` is
+left to librdkafka and ends the publisher, so its owner can start another with the id, which
+fences this one and finishes or aborts its transaction.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from bolide.facade.errors import (
     TransactionInDoubtError,
 )
 
-__all__ = ["FENCED", "OffsetSource", "TransactionSource", "Transactions"]
+__all__ = ["FENCED", "OVERRUN_GRACE_S", "OffsetSource", "TransactionSource", "Transactions"]
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,17 @@ FENCED = frozenset(
     {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
 )
 
+#: How long past its own timeout a transactional call is waited for before it is left to
+#: librdkafka and the publisher ends.
+OVERRUN_GRACE_S = 10.0
+
 #: Gives a consumer's delivered positions, its group's metadata (Kafka's
 #: ``sendOffsetsToTransaction(positions, consumer.groupMetadata())``) and what to call once
 #: the transaction commits.
 OffsetSource = Callable[[], tuple[list[TopicPartition], Any, Callable[[], None]]]
+
+
+_COMMIT = "commit transaction"
 
 
 class TransactionSource(Protocol):
@@ -60,6 +70,8 @@ class Transactions:
         transaction_timeout_s: The producer's ``transaction.timeout.ms``: how long a commit
             whose outcome is unknown is asked again (the coordinator ends every transaction
             within it).
+        overrun_grace_s: How long past ``timeout_s`` a call is waited for before the
+            publisher is left to it and ends.
 
     Raises:
         ProducerFencedError: Initialising was refused for fencing.
@@ -73,12 +85,14 @@ class Transactions:
         stream: str,
         timeout_s: float = 30.0,
         transaction_timeout_s: float = 60.0,
+        overrun_grace_s: float = OVERRUN_GRACE_S,
     ) -> None:
         self._producer = producer
         self.transactional_id = transactional_id
         self._stream = stream
         self._timeout_s = timeout_s
         self._transaction_timeout_s = transaction_timeout_s
+        self._overrun_grace_s = overrun_grace_s
         self._lock = threading.Lock()
         self.open = False
         self._closed = False
@@ -133,7 +147,7 @@ class Transactions:
         deadline = time.monotonic() + (self._timeout_s if within_s is None else within_s)
         while True:
             try:
-                call()
+                self._bounded(what, call)
                 return
             except KafkaException as exc:
                 err = exc.args[0]
@@ -156,6 +170,41 @@ class Transactions:
                     cause=err,
                     retriable=err.retriable() or err.txn_requires_abort(),
                 ) from exc
+
+    def _bounded(self, what: str, call: Callable[[], object]) -> None:
+        """``call`` in a thread of its own, waited for one call's timeout plus the overrun
+        grace; past that it is left running and the publisher ends.
+
+        Raises:
+            TransactionError: The call overran (``TransactionInDoubtError`` for a commit:
+                it may still land).
+        """
+        outcome: list[BaseException | None] = []
+        returned = threading.Event()
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller
+                outcome.append(exc)
+            finally:
+                returned.set()
+
+        name = f"bolide-transaction-{self.transactional_id}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+        if not returned.wait(self._timeout_s + self._overrun_grace_s):
+            error = (TransactionInDoubtError if what == _COMMIT else TransactionError)(
+                f"{what} for transactional_id {self.transactional_id!r} did not return "
+                f"within its {self._timeout_s:g} s timeout (librdkafka still waits): close "
+                "this publisher; the next one with the id fences it and finishes or aborts "
+                "its transaction",
+                stream=self._stream,
+                retriable=True,
+            )
+            raise self._end(error)
+        if outcome[0] is not None:
+            raise outcome[0]
 
     # -- one transaction ---------------------------------------------------------------------
 
@@ -245,7 +294,7 @@ class Transactions:
         """
         try:
             self._run(
-                "commit transaction",
+                _COMMIT,
                 lambda: self._producer.commit_transaction(self._timeout_s),
                 within_s=self._transaction_timeout_s + self._timeout_s,
             )
@@ -278,8 +327,10 @@ class Transactions:
 
     def _abort_quietly(self) -> None:
         try:
-            self._producer.abort_transaction(self._timeout_s)
-        except KafkaException as exc:
+            self._bounded(
+                "abort transaction", lambda: self._producer.abort_transaction(self._timeout_s)
+            )
+        except (KafkaException, TransactionError) as exc:
             log.warning("aborting a failed transaction on %r failed: %s", self._stream, exc)
 
     def close(self) -> None:

@@ -265,6 +265,10 @@ class ExactlyOnce:
         assert open_batch is not None
         committed = open_batch.committed
         if committed is None:
+            # Its publisher started first: a transaction of the id left open (an abandoned
+            # publisher's commit may still be landing) is finished or aborted before the
+            # marker is read.
+            self._publishers.get(open_batch.rows[0].stream)
             committed = self._marker.committed() >= open_batch.batch
             open_batch.committed = committed
         sent = [

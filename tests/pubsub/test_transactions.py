@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bolide.facade import (
     Cluster,
@@ -30,6 +31,7 @@ from bolide.facade import (
     TransactionError,
 )
 from bolide.facade.kafka import log_ends
+from bolide.facade.producer.transactions import Transactions
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.kafka
@@ -523,3 +525,51 @@ def test_a_durable_client_polling_inside_its_first_transaction_reads_it_again_af
             pytest.raises(IllegalSubscriberStateError, match="transactional=True"),
         ):
             pub.confirm(sub)
+
+
+class _HeldProducer(Producer):
+    """A real transactional producer whose ``send_offsets_to_transaction`` first waits for
+    ``release``: librdkafka's own wait past that call's timeout (a coordinator whose broker
+    left its metadata) cannot be brought about on demand."""
+
+    def __init__(self, config: dict[str, Any], release: threading.Event) -> None:
+        super().__init__(config)
+        self.release = release
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.release.wait()
+        super().send_offsets_to_transaction(*args)
+
+
+def test_a_call_librdkafka_keeps_waiting_in_ends_the_publisher_and_the_next_one_fences_it(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], embedded_broker: bool
+) -> None:
+    stream = stream_factory()
+    tid = f"held-{uuid.uuid4().hex[:8]}"
+    release = threading.Event()
+    producer = _HeldProducer(cluster.client_config({"transactional.id": tid}), release)
+    group = Consumer(cluster.client_config({"group.id": f"g-{uuid.uuid4().hex[:8]}"}))
+    place = [TopicPartition(stream.name, 0, 1)]
+    txn = Transactions(producer, tid, stream.name, timeout_s=2.0, overrun_grace_s=1.0)
+    try:
+        txn.begin()
+        producer.produce(stream.name, b"abandoned")
+        assert producer.flush(30) == 0  # in the log, in the transaction left open
+        with pytest.raises(TransactionError, match="did not return within its 2 s") as info:
+            txn.confirm(lambda: (place, group.consumer_group_metadata(), lambda: None))
+        assert info.value.retriable
+        # The publisher is done: every later call says so at once, and closing it does not
+        # wait on the call it left running.
+        with pytest.raises(TransactionError, match="did not return"):
+            txn.commit()
+        txn.close()
+        # The next publisher with the id fences it and aborts the transaction it left open.
+        with txn_publisher(cluster, stream, tid) as second:
+            with second.transaction():
+                second.publish(Record(b"second"))
+    finally:
+        release.set()  # the left call now meets the fence
+        group.close()
+    if not embedded_broker:
+        assert read_all(cluster, stream, 1) == [b"second"]
+        assert b"abandoned" in read_all(cluster, stream, 2, isolation="read_uncommitted")
