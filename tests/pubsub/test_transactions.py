@@ -564,9 +564,8 @@ def test_a_call_librdkafka_keeps_waiting_in_ends_the_publisher_and_the_next_one_
             txn.commit()
         txn.close()
         # The next publisher with the id fences it and aborts the transaction it left open.
-        with txn_publisher(cluster, stream, tid) as second:
-            with second.transaction():
-                second.publish(Record(b"second"))
+        with txn_publisher(cluster, stream, tid) as second, second.transaction():
+            second.publish(Record(b"second"))
     finally:
         release.set()  # the left call now meets the fence
         group.close()
