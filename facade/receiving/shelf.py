@@ -162,13 +162,16 @@ class Shelf:
         self, tier: int, offset: int, record: Record, attempts: int, due: float, lane: Hashable
     ) -> None:
         """A copy at ``offset`` of tier ``tier`` was read; ``record`` is the original (its
-        source partition and offset set), ``due`` when it may run if it failed before.
+        source partition and offset set), ``due`` when it may run if it failed before. A copy
+        of a partition not held (``hold`` to ``drop``) is not taken.
 
         Of two copies of a record (a restart reads back those not confirmed yet), the newer
         has more ``attempts``: each move writes one more, whatever the tier (a parked
         record's copy in a later tier is followed, when it fails, by one in the first)."""
         partition, origin = record.partition or 0, _offset(record)
         with self.lock:
+            if partition not in self._owned:
+                return  # read before its partition went: its next owner reads it again
             track = self._track(tier, partition, offset)
             track.last = offset
             track.add(offset)
@@ -207,6 +210,7 @@ class Shelf:
                     lane = self._lanes.get((entry.partition, entry.lane))
                     if (
                         entry.dropped
+                        or entry.partition not in self._owned
                         or entry.partition in self._loading
                         or lane is None
                         or lane.running

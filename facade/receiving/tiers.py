@@ -294,22 +294,27 @@ class Tiers:
         self._full = (full | over) - under
 
     def revoke(self, partitions: list[int], lost: bool) -> None:
-        """Give up the tiers of revoked source partitions (confirming them unless lost)."""
+        """Give up the tiers of revoked source partitions (confirming them unless lost).
+
+        The reader lets go of their tier partitions and the shelf drops them under the
+        reader's lock, which the tiers' thread holds from a read to its copies being on the
+        shelf: no copy read before the revoke lands on the shelf after it, to run on a member
+        that no longer owns its partition while the new owner runs the key's earlier records.
+        A partition whose load failed midway is on the shelf too, so every revoked one goes."""
         gone = set(partitions) & self._loaded
-        if not gone:
-            return
-        if not lost:
+        if gone and not lost:
             self.confirm(only=gone)
-        self.shelf.drop(sorted(gone))
         self._loaded -= gone
         self._full -= gone  # a partition given up is not paused any more
-        with self._reader_lock:  # the tiers' thread fences while it holds it
-            fenced, self._fenced = self._fenced & gone, self._fenced - gone
-            if fenced:
-                self._reader.resume([TopicPartition(t, p) for t in self.topics for p in fenced])
-            self._reader.incremental_unassign(
-                [TopicPartition(t, p) for t in self.topics for p in gone]
-            )
+        with self._reader_lock:  # the tiers' thread fences and reads while it holds it
+            if gone:
+                fenced, self._fenced = self._fenced & gone, self._fenced - gone
+                if fenced:
+                    self._reader.resume([TopicPartition(t, p) for t in self.topics for p in fenced])
+                self._reader.incremental_unassign(
+                    [TopicPartition(t, p) for t in self.topics for p in gone]
+                )
+            self.shelf.drop(sorted(partitions))
             for end in [k for k in self._ends if k[1] in gone]:
                 del self._ends[end]
         with self._confirm_lock:

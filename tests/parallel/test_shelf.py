@@ -104,3 +104,26 @@ def test_a_source_partition_s_tiers_are_confirmed_together_or_not_at_all():
     assert unfit == {0}
     assert moved == {(0, 1): (3, "")}
     assert to_confirm({(0, 1): (3, [])}, moved) == ({}, set())  # sent already
+
+
+def test_copies_read_after_their_partition_went_are_neither_taken_nor_run():
+    """A revoke drops the partition from the shelf; copies the tiers' reader had read before
+    it let go of their tier partitions must not bring the partition's lanes back: on a member
+    that no longer owns it they would run while the new owner runs the keys' earlier
+    records."""
+    shelf = Shelf(1)
+    shelf.hold([0, 1])
+    shelf.release([0, 1])
+    shelf.shelve(source(3, b"k"), b"k", 1)
+    shelf.drop([0])
+    shelf.arrived(0, 0, source(3, b"k"), 1, 0.0, b"k")
+    shelf.arrived(0, 1, source(7, b"j"), 0, 0.0, b"j")
+    assert shelf.counts() == (0, 0)
+    assert shelf.take(0.05) is None
+    assert shelf.confirm_points() == {}
+    # The partition still held goes on as before.
+    other = Record(b"x", key=b"m", partition=1)
+    other.offset = 4
+    assert shelf.shelve(other, b"m", 1) is not None
+    shelf.arrived(0, 0, other, 1, 0.0, b"m")
+    assert run(shelf, b"m").record is other
