@@ -148,8 +148,11 @@ class ReceiverHost(StreamReader, Protocol):
         """The stream's partition count."""
         ...
 
-    def committed_to(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """The group's committed offsets of other topics' ``partitions`` (a retry tier's)."""
+    def committed_to(
+        self, partitions: list[TopicPartition], timeout_s: float = 30.0
+    ) -> list[TopicPartition]:
+        """The group's committed offsets of other topics' ``partitions`` (a retry tier's),
+        asked for up to ``timeout_s``."""
         ...
 
     def commit_to(self, offsets: list[TopicPartition]) -> None:

@@ -196,10 +196,12 @@ class ReceiverSeat:
         """The partitions the subscriber holds now."""
         return self._assigned
 
-    def committed_to(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    def committed_to(
+        self, partitions: list[TopicPartition], timeout_s: float = 30.0
+    ) -> list[TopicPartition]:
         """The group's committed offsets of ``partitions`` (of any topic)."""
         with self._lock:
-            return list(self._consumer.committed(partitions, timeout=30))
+            return list(self._consumer.committed(partitions, timeout=timeout_s))
 
     def commit_to(self, offsets: list[TopicPartition]) -> None:
         """Commit ``offsets`` (of any topic) in the group's current generation."""

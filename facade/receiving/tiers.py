@@ -103,6 +103,9 @@ class Tiers:
         self._reader = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
         self._reader_lock = threading.Lock()
         self._loaded: set[int] = set()
+        self._revokes = 0  # revokes so far: a load that saw one meanwhile starts again
+        lease_s = host.config.lease_timeout_ms / 1000
+        self._lookup_s = max(1.0, min(10.0, lease_s / 4))  # one lookup of a load, at most
         self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
         self._fenced: set[int] = set()  # source partitions a newer owner writes copies of
         self._member = ""  # the member id when partitions last came: on every copy written
@@ -238,14 +241,30 @@ class Tiers:
         return batch if len(keep) == len(batch) else RecordBatch(keep)
 
     def _load(self, serve: Callable[[], None]) -> None:
+        """Read the tiers of the partitions held but not loaded up to their ends. Each
+        lookup waits a quarter of the lease at most and the consumer is served after it, so
+        a slow broker costs a retry on the next poll, not the lease; a rebalance meanwhile
+        leaves the load to the next poll."""
         new = sorted(set(self._host.assigned()) - self._loaded)
         if not new:
             return
-        self._member = self._host.member_id()
+        revokes, wait_s = self._revokes, self._lookup_s
         tps = [TopicPartition(t, p) for t in self.topics for p in new]
+        found = self._host.committed_to(tps, timeout_s=wait_s)
+        serve()
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for tp in tps:
+            with self._reader_lock:
+                ranges[(tp.topic, tp.partition)] = self._reader.get_watermark_offsets(
+                    tp, timeout=wait_s
+                )
+            serve()
+        if self._revokes != revokes:
+            return  # the lookups may predate the new owner's commits
+        self._member = self._host.member_id()
         committed: dict[tuple[str, int], int] = {}
         finished: dict[tuple[int, int], set[int]] = {}
-        for tp in self._host.committed_to(tps):
+        for tp in found:
             committed[(tp.topic, tp.partition)] = tp.offset
             if tp.offset >= 0 and tp.metadata:
                 where = f"{tp.topic} committed offsets"
@@ -256,12 +275,13 @@ class Tiers:
         ends: dict[tuple[str, int], int] = {}
         with self._reader_lock:
             for tp in tps:
-                low, high = self._reader.get_watermark_offsets(tp, timeout=10)
-                self._ends[(tp.topic, tp.partition)] = high
-                start = committed.get((tp.topic, tp.partition), -1)
+                key = (tp.topic, tp.partition)
+                low, high = ranges[key]
+                self._ends[key] = high
+                start = committed.get(key, -1)
                 tp.offset = start if start >= low else low
                 if high > tp.offset:
-                    ends[(tp.topic, tp.partition)] = high
+                    ends[key] = high
             self._reader.incremental_assign(tps)
         self._loaded.update(new)
         while ends and not self._stop.is_set():
@@ -301,6 +321,7 @@ class Tiers:
         shelf: no copy read before the revoke lands on the shelf after it, to run on a member
         that no longer owns its partition while the new owner runs the key's earlier records.
         A partition whose load failed midway is on the shelf too, so every revoked one goes."""
+        self._revokes += 1
         gone = set(partitions) & self._loaded
         if gone and not lost:
             self.confirm(only=gone)
