@@ -51,7 +51,9 @@ that were never finished after the faults healed and the workers drained.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -59,7 +61,7 @@ from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record
 from bolide.facade.errors import StoreError
@@ -228,7 +230,9 @@ class OutboxWriter(_Source):
 
 
 def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
-    """Every committed record of ``topic``: ``{(partition, offset): (value, headers)}``."""
+    """Every committed record of ``topic``: ``{(partition, offset): (value, headers)}``, once
+    no transaction is open on it (``_stable``)."""
+    _stable(cluster, topic, partitions)
     consumer = probe_consumer(cluster, **{"isolation.level": "read_committed"})
     found: Scan = {}
     try:
@@ -247,6 +251,31 @@ def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
     finally:
         consumer.close()
     return found
+
+
+def _stable(cluster: Cluster, topic: str, partitions: int, within_s: float = 120.0) -> None:
+    """Wait (up to ``within_s``) until no transaction is open on ``topic``: each partition's
+    last stable offset is its high watermark. A ``read_committed`` reader stops at an open
+    transaction, such as one a publisher abandoned to a call librdkafka kept waiting in,
+    which the coordinator aborts after its ``transaction.timeout.ms`` (60 s by default)."""
+    stable = probe_consumer(cluster, **{"isolation.level": "read_committed"})
+    latest = probe_consumer(cluster, **{"isolation.level": "read_uncommitted"})
+    deadline = time.monotonic() + within_s
+    try:
+        waiting = list(range(partitions))
+        while waiting and time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException):  # asked again
+                waiting = [
+                    p
+                    for p in waiting
+                    if stable.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    < latest.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                ]
+            if waiting:
+                time.sleep(1.0)
+    finally:
+        stable.close()
+        latest.close()
 
 
 def _committed(cluster: Cluster, workload: Workload) -> dict[int, int]:
