@@ -434,12 +434,19 @@ class Tiers:
         return True
 
     def _owner_of(self, partition: int) -> str | None:
-        """The member the group gives source ``partition`` to, once it is stable."""
+        """The member the group gives source ``partition`` to, once it is stable (``None``
+        while it is not, or when it cannot be asked: the copy is handled as before, and the
+        next copy of another member asks again, through a new admin client)."""
         if self._admin is None:
             self._admin = admin_client(self._host.cluster)
         group = self._host.group_id
-        described = self._admin.describe_consumer_groups([group], request_timeout=10)
-        found = described[group].result(15)
+        try:
+            described = self._admin.describe_consumer_groups([group], request_timeout=10)
+            found = described[group].result(15)
+        except Exception as exc:  # NOT_COORDINATOR for good was seen from one client
+            self._admin = None
+            self._host.report("retry tiers: could not ask the group who owns a partition", exc)
+            return None
         if found.state != ConsumerGroupState.STABLE:
             return None
         for member in found.members:

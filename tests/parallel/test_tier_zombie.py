@@ -2,7 +2,8 @@
 campaign (``par``): a member paused past its lease woke up and, before its rebalance told it
 that it had lost the partition, its tiers' thread ran copies that the partition's new owner
 had written meanwhile; the key's records in between were handled later by other owners, out
-of order. The same happens to a member whose application stops polling past its lease."""
+of order. The same happens to a member whose application stops polling past its lease. And
+a group that cannot be asked who owns a partition must not stop the tiers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import logging
 import threading
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier
+from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier, StreamConfig
+from bolide.facade.broker import free_port
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER
 from tests.conftest import eventually
 from tests.parallel.conftest import fresh_group
 from tests.parallel.test_retry_tiers import grouped, high_watermark
@@ -100,3 +104,36 @@ def test_a_member_past_its_lease_runs_no_copy_the_new_owner_wrote(
         if b is not None:
             b.close()
         a.close()
+
+
+def test_a_copy_of_another_member_is_handled_when_the_group_cannot_be_asked(
+    cluster, stream_factory
+):
+    """Found by the fault campaign (``par``, 30 minutes): after the faults ended, one
+    member's describes of its group failed with NOT_COORDINATOR for good, each copy of another
+    member asked again and could not be taken, and the receiver handled nothing more. A group
+    that cannot tell who owns the partition leaves the copy to be handled as before."""
+    stream = stream_factory()
+    tier = f"{stream.name}.tier"
+    group = fresh_group()
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish_async(Record(b"0", key=b"k")).result(60)
+    calls = Calls()
+    member = grouped(cluster, stream, group)
+    try:
+        receiver = member.attach_receiver(
+            calls, concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2, stream=tier)]),
+        )  # fmt: skip
+        eventually(lambda: calls.seen() == [0], 60)  # the partition and its tier are loaded
+        tiers = receiver._tiers  # the group's answers go to a port nobody listens on
+        tiers._admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{free_port()}"})
+        copy = Record(b"7", key=b"k", partition=0, headers=[
+            (ORIGIN_HEADER, f"{stream.name}/0/7".encode()), (ATTEMPTS_HEADER, b"1"),
+            (WRITER_HEADER, b"another-member"),
+        ])  # fmt: skip
+        with Publisher(cluster, PublisherConfig(stream=StreamConfig(name=tier))) as pub:
+            pub.publish_async(copy).result(60)
+        eventually(lambda: calls.seen() == [0, 7], 60)
+    finally:
+        member.close()
