@@ -30,9 +30,10 @@ _COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.facade.cli.m
 
 
 def bolide(
-    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``bolide ARGS`` and return the finished process (output as text)."""
+    """Run ``bolide ARGS`` and return the finished process (output as text); ``timeout``
+    catches a hang, and is long enough for a command on a machine under heavy load."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("BOLIDE_")}
     environ.update(env or {})
     return subprocess.run(
