@@ -252,6 +252,13 @@ class Tiers:
         tps = [TopicPartition(t, p) for t in self.topics for p in new]
         found = self._host.committed_to(tps, timeout_s=wait_s)
         serve()
+        # The reader's metadata first: one answered by a node that had restarted and not
+        # caught up can lack a tier partition, and the reader asks again only every few
+        # minutes, while every lookup of it fails with "Unknown partition".
+        for topic in self.topics:
+            with self._reader_lock:
+                self._reader.list_topics(topic, timeout=wait_s)
+        serve()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in tps:
             with self._reader_lock:
