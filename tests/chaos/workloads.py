@@ -61,11 +61,11 @@ from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record
-from bolide.facade.errors import StoreError
-from bolide.facade.kafka import committed_offsets, probe_consumer
+from bolide.facade.errors import BrokerError, StoreError
+from bolide.facade.kafka import committed_offsets, log_ends, probe_consumer
 from bolide.stores import Outbox, SqlStore
 from bolide.stores.schema import OUTBOX, RECORDS
 from tests.chaos.history import Event, History
@@ -255,24 +255,21 @@ def scan(cluster: Cluster, topic: str, partitions: int) -> Scan:
 
 def _stable(cluster: Cluster, topic: str, partitions: int, within_s: float = 120.0) -> None:
     """Wait (up to ``within_s``) until no transaction is open on ``topic``: each partition's
-    last stable offset is its high watermark. A ``read_committed`` reader stops at an open
-    transaction, such as one a publisher abandoned to a call librdkafka kept waiting in,
-    which the coordinator aborts after its ``transaction.timeout.ms`` (60 s by default)."""
+    last stable offset is its end. A ``read_committed`` reader stops at an open transaction,
+    such as one a publisher abandoned to a call librdkafka kept waiting in, which the
+    coordinator aborts after its ``transaction.timeout.ms`` (60 s by default)."""
     stable = probe_consumer(cluster, **{"isolation.level": "read_committed"})
     latest = probe_consumer(cluster, **{"isolation.level": "read_uncommitted"})
+    parts = range(partitions)
     deadline = time.monotonic() + within_s
     try:
-        waiting = list(range(partitions))
-        while waiting and time.monotonic() < deadline:
-            with contextlib.suppress(KafkaException):  # asked again
-                waiting = [
-                    p
-                    for p in waiting
-                    if stable.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                    < latest.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                ]
-            if waiting:
-                time.sleep(1.0)
+        while time.monotonic() < deadline:
+            with contextlib.suppress(BrokerError):  # asked again
+                if log_ends(cluster, topic, parts, consumer=stable) == log_ends(
+                    cluster, topic, parts, consumer=latest
+                ):
+                    return
+            time.sleep(1.0)
     finally:
         stable.close()
         latest.close()
