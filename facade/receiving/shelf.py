@@ -210,7 +210,6 @@ class Shelf:
                     lane = self._lanes.get((entry.partition, entry.lane))
                     if (
                         entry.dropped
-                        or entry.partition not in self._owned
                         or entry.partition in self._loading
                         or lane is None
                         or lane.running
