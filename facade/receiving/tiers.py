@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +52,7 @@ log = logging.getLogger("bolide.facade.parallel")
 
 _READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
 _AGAIN_S = 1.0  # a copy that could not be written is tried again after this
+_LOAD_BACKOFF_MAX_S = 1.0  # longest wait before loading again after a failed load
 _OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER, WRITER_HEADER))
 
 #: ``done(error)``: the copy of a source record is in its tier (``None``) or failed.
@@ -106,6 +108,8 @@ class Tiers:
         self._revokes = 0  # revokes so far: a load that saw one meanwhile starts again
         lease_s = host.config.lease_timeout_ms / 1000
         self._lookup_s = max(1.0, min(10.0, lease_s / 4))  # one lookup of a load, at most
+        self._load_failures = 0  # failed loads in a row
+        self._load_at = 0.0  # monotonic time of the next load, after a failed one
         self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
         self._fenced: set[int] = set()  # source partitions a newer owner writes copies of
         self._member = ""  # the member id when partitions last came: on every copy written
@@ -222,10 +226,12 @@ class Tiers:
         parked keys are known before any of the source's records is handled; return the
         records of ``batch`` that may be handled now. Those of a partition held but not loaded
         (the load failed, or it was revoked and assigned again meanwhile) are read again."""
-        try:
-            self._load(serve)
-        except Exception as exc:  # tried again on the next poll
-            self._host.report("retry tiers: reading the tiers of new partitions failed", exc)
+        if time.monotonic() >= self._load_at:
+            try:
+                self._load(serve)
+                self._load_failures = 0
+            except Exception as exc:  # tried again after a backoff
+                self._load_failed(exc)
         self._throttle()
         held, loaded = self._host.assigned(), self._loaded
         keep: list[Record] = []
@@ -248,26 +254,11 @@ class Tiers:
         new = sorted(set(self._host.assigned()) - self._loaded)
         if not new:
             return
-        revokes, wait_s = self._revokes, self._lookup_s
         tps = [TopicPartition(t, p) for t in self.topics for p in new]
-        found = self._host.committed_to(tps, timeout_s=wait_s)
-        serve()
-        # The reader's metadata first: one answered by a node that had restarted and not
-        # caught up can lack a tier partition, and the reader asks again only every few
-        # minutes, while every lookup of it fails with "Unknown partition".
-        for topic in self.topics:
-            with self._reader_lock:
-                self._reader.list_topics(topic, timeout=wait_s)
-        serve()
-        ranges: dict[tuple[str, int], tuple[int, int]] = {}
-        for tp in tps:
-            with self._reader_lock:
-                ranges[(tp.topic, tp.partition)] = self._reader.get_watermark_offsets(
-                    tp, timeout=wait_s
-                )
-            serve()
-        if self._revokes != revokes:
+        looked_up = self._look_up(tps, serve)
+        if looked_up is None:
             return  # the lookups may predate the new owner's commits
+        found, ranges = looked_up
         self._member = self._host.member_id()
         committed: dict[tuple[str, int], int] = {}
         finished: dict[tuple[int, int], set[int]] = {}
@@ -306,6 +297,43 @@ class Tiers:
                     del ends[key]  # read to the end, revoked or lost meanwhile
             serve()
         self.shelf.release([p for p in new if p not in self._fenced])
+
+    def _look_up(
+        self, tps: list[TopicPartition], serve: Callable[[], None]
+    ) -> tuple[list[TopicPartition], dict[tuple[str, int], tuple[int, int]]] | None:
+        """The committed offsets and the log range of tier partitions ``tps``, the consumer
+        served after each lookup; ``None`` when a revoke came meanwhile."""
+        revokes, wait_s = self._revokes, self._lookup_s
+        found = self._host.committed_to(tps, timeout_s=wait_s)
+        serve()
+        # The reader's metadata first: one answered by a node that had restarted and not
+        # caught up can lack a tier partition, and the reader asks again only every few
+        # minutes, while every lookup of it fails with "Unknown partition".
+        for topic in self.topics:
+            with self._reader_lock:
+                self._reader.list_topics(topic, timeout=wait_s)
+        serve()
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for tp in tps:
+            with self._reader_lock:
+                ranges[(tp.topic, tp.partition)] = self._reader.get_watermark_offsets(
+                    tp, timeout=wait_s
+                )
+            serve()
+        return None if self._revokes != revokes else (found, ranges)
+
+    def _load_failed(self, error: BaseException) -> None:
+        """Wait before the next load (Kafka's ``retry.backoff.ms`` and its maximum: 100 ms
+        doubling to 1 s) and report the failures that bring their run to a power of two, so
+        that a load failing for minutes does not flood the error handler."""
+        self._load_failures += 1
+        n = self._load_failures
+        self._load_at = time.monotonic() + min(_LOAD_BACKOFF_MAX_S, 0.1 * 2.0 ** min(n - 1, 16))
+        if n & (n - 1) == 0:
+            times = "" if n == 1 else f" ({n} times in a row)"
+            self._host.report(
+                f"retry tiers: reading the tiers of new partitions failed{times}", error
+            )
 
     def _throttle(self) -> None:
         """Hold the source partitions with ``limit`` parked records (their records stay in

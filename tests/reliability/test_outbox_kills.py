@@ -81,6 +81,11 @@ class Relay:
         assert code is None, f"relay exited with {code}: {self.err_path.read_text()[-3000:]}"
         return True
 
+    def started(self) -> bool:
+        """Past its start (its SIGTERM handler set): earlier runs may have sent every row
+        before this one has even started, and a SIGTERM then ends it unhandled."""
+        return "outbox relay started" in self.err_path.read_text()
+
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
@@ -162,7 +167,9 @@ def test_a_killed_relay_loses_no_row_and_keeps_each_keys_order(
     try:
         writer.join(300)
         assert writer.failure is None and writer.added == TOTAL, writer.failure
-        eventually(lambda: last.alive() and sent_count(store) == TOTAL, 180, 0.05)
+        eventually(
+            lambda: last.alive() and last.started() and sent_count(store) == TOTAL, 180, 0.05
+        )
     finally:
         code = last.stop()
     assert code == 0, last.err_path.read_text()[-3000:]
