@@ -169,11 +169,11 @@ def settle(conn: Connection, relay: str, committed: int) -> tuple[int, int]:
     return int(sent.rowcount), int(released.rowcount)
 
 
-def release(conn: Connection, relay: str, batch: int) -> int:
-    """Hand batch ``batch`` of ``relay`` back: its transaction did not commit."""
-    done = conn.execute(
-        OUTBOX.update()
-        .where(_O.relay == relay, _O.batch == batch, _O.sent_ms.is_(None))
-        .values(relay=None, batch=None)
-    )
+def release(conn: Connection, relay: str, batch: int | None) -> int:
+    """Hand batch ``batch`` of ``relay`` back: its transaction did not commit (``None``:
+    every batch ``relay`` claimed and did not send)."""
+    mine = [_O.relay == relay, _O.sent_ms.is_(None)]
+    if batch is not None:
+        mine.append(_O.batch == batch)
+    done = conn.execute(OUTBOX.update().where(*mine).values(relay=None, batch=None))
     return int(done.rowcount)

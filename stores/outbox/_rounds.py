@@ -165,6 +165,7 @@ class ExactlyOnce:
         self._batch_size = batch_size
         self._epoch = 0
         self._unsettled: _Unsettled | None = None
+        self._unheard = False  # the last claim failed: it may have landed unheard
 
     def start(self) -> Done:
         """Take the id over: a new epoch (fencing the database writes of the previous
@@ -239,24 +240,42 @@ class ExactlyOnce:
         ) from error
 
     def _claim(self) -> tuple[int, list[Row]] | None:
-        """Claim the next batch: publishable rows of the oldest one's stream."""
-        dialect = self._store.sql_dialect
-        needs: list[str] = []
-        with self._store.engine.begin() as conn:
-            fence(conn, self._id, self._epoch)  # first: on SQLite it takes the write lock
-            rows = claim(conn, dialect, self._batch_size)
-            if not rows:
-                return None
-            stream = rows[0].stream
-            if not self._publishers.has(stream):
-                needs.append(stream)
-            else:
-                mine = [r for r in rows if r.stream == stream]
-                return claim_batch(conn, self._id, mine), mine
+        """Claim the next batch: publishable rows of the oldest one's stream.
+
+        A claim whose commit failed may have landed all the same (the database went away
+        before it answered). Its rows would then wait under this relay's claim, never
+        published, and once a later batch committed, the next start would take them for
+        sent. So the claim after a failed one first hands back every claim of the relay:
+        none is in flight while it claims."""
+        try:
+            claimed, needs = self._claim_rows(unheard=self._unheard)
+        except BaseException:
+            self._unheard = True
+            raise
+        self._unheard = False
+        if needs is None:
+            return claimed
         # A publisher starts before its stream's rows are claimed: a relay replaced while it
         # starts one is fenced in Kafka by the replacement, which sees the claim.
-        self._publishers.get(needs[0])
+        self._publishers.get(needs)
         return self._claim()
+
+    def _claim_rows(self, *, unheard: bool) -> tuple[tuple[int, list[Row]] | None, str | None]:
+        """The claimed batch, or the stream whose publisher must start before its rows are
+        claimed; ``unheard``: hand back the relay's claims first."""
+        dialect = self._store.sql_dialect
+        with self._store.engine.begin() as conn:
+            fence(conn, self._id, self._epoch)  # first: on SQLite it takes the write lock
+            if unheard:
+                release(conn, self._id, None)
+            rows = claim(conn, dialect, self._batch_size)
+            if not rows:
+                return None, None
+            stream = rows[0].stream
+            if not self._publishers.has(stream):
+                return None, stream
+            mine = [r for r in rows if r.stream == stream]
+            return (claim_batch(conn, self._id, mine), mine), None
 
     def _settle(self) -> Done:
         """Write the end of the open batch: sent if its transaction committed, else handed

@@ -7,10 +7,12 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import TopicPartition
+from sqlalchemy import event
 
 from bolide.facade import Cluster, ProducerFencedError, Record, StreamConfig
 from bolide.facade.kafka import committed_offsets, probe_consumer
@@ -96,6 +98,58 @@ def test_a_restart_settles_claimed_batches_from_the_marker(
     assert relay.close().published == 15
     records = read_stream(cluster, stream, 45)
     assert sorted(int(r.data or b"") for r in records) == list(range(45)), "each row once"
+
+
+class UnheardClaim:
+    """Lands the first claim ``relay`` makes and raises from its commit, as a database that
+    goes away before it answers does; the real failure cannot be brought about on demand."""
+
+    def __init__(self, engine: sa.Engine, relay: str) -> None:
+        self.relay = relay
+        self.done = False
+        self._claiming: sa.Connection | None = None
+        event.listen(engine, "before_cursor_execute", self._executing)
+        event.listen(engine, "commit", self._committing)
+
+    def _executing(
+        self, conn: sa.Connection, _: Any, statement: str, params: Any, *__: Any
+    ) -> None:
+        first = params.get("relay") if isinstance(params, dict) else (params or [None])[0]
+        if statement.startswith("UPDATE bolide_outbox SET relay") and first == self.relay:
+            self._claiming = conn  # claim_batch: the rows get the relay's id
+
+    def _committing(self, conn: sa.Connection) -> None:
+        if conn is self._claiming and not self.done:
+            self.done = True
+            conn.connection.dbapi_connection.commit()  # type: ignore[union-attr]
+            lost = ConnectionError("server closed the connection unexpectedly")
+            raise sa.exc.OperationalError("COMMIT", None, lost)
+
+
+def test_a_claim_whose_commit_landed_unheard_is_published(
+    cluster: Cluster, store: SqlStore, outbox: Outbox, topic: Topic, relays: Relays
+) -> None:
+    """Found by the fault campaign (``outbox``): PostgreSQL went away as a claim committed.
+    The claim had landed, the relay heard a failure, and the rows waited under its claim while
+    later batches of other keys committed; the next start took them for sent, and they never
+    reached Kafka. The claim after a failed one hands the relay's claims back first."""
+    stream = topic()
+    relay_id = f"relay-{uuid.uuid4().hex[:8]}"
+    unheard = UnheardClaim(store.engine, relay_id)
+    add_rows(store, outbox, stream, range(1))  # key k0
+    relay = relays(outbox, transactional_id=relay_id)
+    eventually(lambda: unheard.done, 60)
+    add_rows(store, outbox, stream, range(1, 30))
+    others = [i for i in range(30) if i % 5 != 0]
+    eventually(lambda: sum(sent for *_, sent in claims(store)) >= len(others), 60)
+    assert relay.close().retries >= 1
+    restarted = relays(outbox, transactional_id=relay_id)
+    eventually(lambda: outbox.pending() == 0, 60)
+    restarted.close()
+    records = read_stream(cluster, stream, 30)
+    assert sorted(int(r.data or b"") for r in records) == list(range(30)), "each row once"
+    for key, numbers in by_key(records).items():
+        assert numbers == sorted(numbers), f"key {key!r} out of order"
 
 
 @pytest.mark.postgres
