@@ -252,7 +252,10 @@ def _check(
     events = read_history(folder.glob("*.jsonl"))
     cluster = parts.broker.cluster()
     url = None if db == "-" else db
-    results = {w.name: check(cluster, w, events, url) for w in workloads}
+    evidence: dict[str, Any] = {}
+    results = {w.name: check(cluster, w, events, url, evidence) for w in workloads}
+    if evidence:
+        (folder / "evidence.json").write_text(json.dumps(evidence, indent=2, default=str) + "\n")
     for w in workloads:
         exits = [e for e in events if e["type"] == "worker-exit" and e["target"].startswith(w.name)]
         results[w.name]["worker-exits"] = len(exits)

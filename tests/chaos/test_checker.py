@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import sqlalchemy as sa
+
+from bolide.facade import Record
+from bolide.stores import Outbox, SqlStore
 from tests.chaos.history import Event, History, read_history
 from tests.chaos.workloads import (
     WORKLOADS,
@@ -16,7 +21,9 @@ from tests.chaos.workloads import (
     check_par,
     check_share,
     check_sql,
+    lost_rows,
 )
+from tests.conftest import upgraded_db_url
 
 ALO, EOS, PAR = WORKLOADS["alo"], WORKLOADS["eos"], WORKLOADS["par"]
 
@@ -211,6 +218,24 @@ def test_the_outbox_counts_rows_in_the_stream_by_commit_order(tmp_path: Path) ->
     later.mkdir()
     drained = _events(later, {"outbox-2.1": [("pending", {"count": 0})]})
     assert outbox.done(events + drained) == {f"outbox-{n}" for n in range(4)}
+
+
+def test_an_outbox_loss_comes_with_its_rows(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    outbox = WORKLOADS["outbox"]
+    url = upgraded_db_url("sqlite", tmp_path, request)
+    with SqlStore(url) as store, store.engine.begin() as conn:
+        for n in range(3):
+            Outbox(store).add(conn, outbox.output, Record(f"outbox-{n}".encode(), key=b"k"))
+        conn.execute(sa.text("UPDATE bolide_outbox SET sent_ms = 1, relay = 'r', batch = 7"))
+    events = _events(
+        tmp_path,
+        {"producer": [("publish", {"status": "ok", "value": f"outbox-{n}"}) for n in range(3)]},
+    )
+    output = {(0, 0): ("outbox-0", {}), (0, 1): ("outbox-2", {})}
+    assert lost_rows(url, outbox, events, output) == [
+        {"id": 2, "payload": "outbox-1", "relay": "r", "batch": 7, "sent_ms": 1,
+         "kafka_partition": None, "kafka_offset": None},
+    ]  # fmt: skip
 
 
 def test_durable_clients_count_gaps_order_and_the_seam(tmp_path: Path) -> None:

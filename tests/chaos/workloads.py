@@ -434,6 +434,23 @@ def check_outbox(
     }
 
 
+def lost_rows(db: str, workload: Workload, events: list[Event], output: Scan) -> list[dict]:
+    """The outbox rows of acknowledged values missing from the stream, as the database keeps
+    them (claim, batch, where they were marked sent): what tells a loss's path."""
+    times = Counter(value for value, _ in output.values())
+    lost = sorted(v.encode() for v in acknowledged(events, workload) if times[v] == 0)
+    c = OUTBOX.c
+    columns = (c.id, c.payload, c.relay, c.batch, c.sent_ms, c.kafka_partition, c.kafka_offset)
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            query = sa.select(*columns).where(c.stream == workload.output, c.payload.in_(lost))
+            rows = conn.execute(query.order_by(c.id)).mappings().all()
+    finally:
+        engine.dispose()
+    return [{k: v.decode() if isinstance(v, bytes) else v for k, v in r.items()} for r in rows]
+
+
 def _unsent(db: str, workload: Workload) -> set[str]:
     engine = sa.create_engine(db, poolclass=sa.NullPool)
     c = OUTBOX.c
@@ -603,13 +620,21 @@ def _ledger_rows(db: str, workload: Workload) -> list[tuple[int, int, str]]:
 
 
 def check(
-    cluster: Cluster, workload: Workload, events: list[Event], db: str | None
+    cluster: Cluster,
+    workload: Workload,
+    events: list[Event],
+    db: str | None,
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Read the workload's streams (its group's positions, its table) and count its anomalies."""
+    """Read the workload's streams (its group's positions, its table) and count its anomalies;
+    what explains one goes into ``evidence`` (an ``outbox`` loss: the lost rows)."""
     topic = scan(cluster, workload.topic, workload.partitions)
     if workload.name == "outbox" and db is not None:
         output = scan(cluster, workload.output, workload.partitions)
-        return check_outbox(workload, events, output, _unsent(db, workload))
+        found = check_outbox(workload, events, output, _unsent(db, workload))
+        if found["lost"] and evidence is not None:
+            evidence[f"{workload.name}-lost-rows"] = lost_rows(db, workload, events, output)
+        return found
     if workload.name == "durable":
         return check_durable(workload, events, topic)
     if workload.name == "share":
