@@ -52,6 +52,7 @@ that were never finished after the faults healed and the workers drained.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -270,6 +271,8 @@ def _stable(cluster: Cluster, topic: str, partitions: int, within_s: float = 120
                 ):
                     return
             time.sleep(1.0)
+        print(f"chaos: {topic}: a transaction is still open after {within_s:.0f} s; the check "
+              "reads up to it (what is past it counts as lost)", file=sys.stderr)  # fmt: skip
     finally:
         stable.close()
         latest.close()
