@@ -10,6 +10,7 @@ Tansu serves neither protocol's incremental hand-over to test here; these run on
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,8 @@ from bolide.facade import (
     Publisher,
     PublisherConfig,
     Record,
+    Retry,
+    RetryTier,
     StreamConfig,
     Subscriber,
     SubscriberConfig,
@@ -42,6 +45,9 @@ PROTOCOLS = {
     "consumer": {"group.protocol": "consumer"},
 }
 PARTITIONS = 6
+_STAMPS = itertools.count()  # one order over every member of a test (they share a process)
+_CALLED: set[tuple[str, int, int]] = set()  # records a member's handler was called on
+_CALLED_LOCK = threading.Lock()
 
 
 @pytest.fixture
@@ -56,7 +62,14 @@ class Member:
     what its hooks were told and what it read."""
 
     def __init__(
-        self, cluster: Cluster, stream: StreamConfig, group: str, protocol: str, *, receiver: bool
+        self,
+        cluster: Cluster,
+        stream: StreamConfig,
+        group: str,
+        protocol: str,
+        *,
+        receiver: bool,
+        retry: Retry | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.assigned: list[list[int]] = []
@@ -64,6 +77,7 @@ class Member:
         self.held: set[int] = set()
         self.read: list[tuple[int, int]] = []
         self.errors: list[BaseException] = []
+        self.finished: list[tuple[int, int, int]] = []  # (stamp, partition, offset)
         self.sub = Subscriber(
             cluster,
             SubscriberConfig(
@@ -78,7 +92,9 @@ class Member:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if receiver:
+        if receiver and retry is not None:
+            self.sub.attach_receiver(self._handle_once, concurrency=4, retry=retry)
+        elif receiver:
             self.sub.attach_receiver(self._handle, concurrency=4)
         else:
             self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -98,6 +114,19 @@ class Member:
         time.sleep(0.002)
         with self.lock:
             self.read.append((record.partition or 0, record.offset or 0))
+
+    def _handle_once(self, record: Record) -> None:
+        """Every seventh record's first call in the group fails (it goes through the tiers,
+        its key parked behind it); a success is stamped in the group's order."""
+        place = (record.stream, record.partition or 0, record.offset or 0)
+        with _CALLED_LOCK:
+            first = place not in _CALLED
+            _CALLED.add(place)
+        if first and place[2] % 7 == 3:
+            raise RuntimeError("fails once")
+        self._handle(record)
+        with self.lock:
+            self.finished.append((next(_STAMPS), place[1], place[2]))
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -125,13 +154,18 @@ class Member:
 
 @contextmanager
 def group_of(
-    cluster: Cluster, stream: StreamConfig, protocol: str, *, receiver: bool
+    cluster: Cluster,
+    stream: StreamConfig,
+    protocol: str,
+    *,
+    receiver: bool,
+    retry: Retry | None = None,
 ) -> Iterator[tuple[list[Member], Any]]:
     group = fresh_group()
     live: list[Member] = []
 
     def join() -> Member:
-        member = Member(cluster, stream, group, protocol, receiver=receiver)
+        member = Member(cluster, stream, group, protocol, receiver=receiver, retry=retry)
         live.append(member)
         return member
 
@@ -249,6 +283,31 @@ def test_a_parallel_receiver_keeps_running_the_partitions_it_keeps(
         assert not revoked & kept
         for p in kept:  # its in-flight work there went on: each record handled once
             assert all(counts[(q, o)] == 1 for q, o in published if q == p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["cooperative", "consumer"])
+def test_retry_tiers_keep_each_keys_order_through_an_incremental_join(
+    kafka_cluster, stream_factory, protocol
+) -> None:
+    """A member keeps the partitions it keeps without a revoke: the tiers' fence and the
+    shelf let go of only what moves, and a key's records first finish in their order."""
+    stream = stream_factory(partitions=PARTITIONS, global_order=False)
+    published = publish_keyed(kafka_cluster, stream, 1200, keys=60)
+    retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2)])
+    with group_of(kafka_cluster, stream, protocol, receiver=True, retry=retry) as (live, join):
+        join(), join()
+        eventually(lambda: settled(live) and len(live[0].read) + len(live[1].read) >= 100, 120)
+        join_third(live, join)
+        done = lambda: {(p, o) for m in live for _, p, o in list(m.finished)}  # noqa: E731
+        eventually(lambda: set(published) <= done(), 180)
+    first: dict[tuple[int, int], int] = {}
+    for stamp, p, o in sorted(f for m in live for f in m.finished):
+        first.setdefault((p, o), stamp)
+    for key in set(published.values()):
+        places = sorted(place for place, k in published.items() if k == key)
+        stamps = [first[place] for place in places]
+        assert stamps == sorted(stamps), f"key {key!r} first finished out of order"
 
 
 @pytest.mark.parametrize("protocol", ["cooperative", "consumer"])
