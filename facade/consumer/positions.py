@@ -184,19 +184,21 @@ class Positions:
         return {p: self.initial(p, committed.get(p)) for p in parts}
 
     def fallback(self, parts: list[int], known: Mapping[int, int]) -> None:
-        """Assign ``parts`` without the history or the initial offset scheme: from the
-        highest confirmed position known (this member's, or ``known``: those read before
-        positioning failed, a position store's included), else from the group's committed
-        offsets. Never from below a known one: a member holding the claim of a position
-        store would write again what is already written."""
+        """Assign ``parts`` without the history or the initial offset scheme: from ``known``
+        (the positions read before positioning failed, a position store's included), else
+        from the group's committed offsets as Kafka looks them up. Never from below a known
+        one: a member holding the claim of a position store would write again what is already
+        written. Never from this member's own last confirm: another member may have held the
+        partition since and confirmed beyond it, in a transaction still open (the lookup
+        that failed waited for it), and going back there would process those records again;
+        Kafka's own lookup waits until such a transaction ends."""
         assignment = []
-        state, confirmed = self.state, self.state.confirmed()
+        state = self.state
         for p in parts:
             self.history.close(p)
             self._resume_at.pop(p, None)
-            found = [o for o in (confirmed.get(p, -1), known.get(p, -1)) if o >= 0]
-            if found:
-                offset = self.gaps.expected[p] = max(found)
+            if known.get(p, -1) >= 0:
+                offset = self.gaps.expected[p] = known[p]
                 state.delivered(p, offset)
             else:
                 # Kafka resumes from the group's confirmed offset.

@@ -572,3 +572,48 @@ def test_a_call_librdkafka_keeps_waiting_in_ends_the_publisher_and_the_next_one_
     if not embedded_broker:
         assert read_all(cluster, stream, 1) == [b"second"]
         assert b"abandoned" in read_all(cluster, stream, 2, isolation="read_uncommitted")
+
+
+def test_a_partition_regained_while_another_members_transaction_is_open_resumes_past_it(
+    cluster: Cluster, stream_factory: Callable[..., StreamConfig], embedded_broker: bool
+) -> None:
+    """Found by the fault campaign (``eos``, 30 minutes, seed 20261127: 1,072 inputs
+    published twice). A member got a partition back while the member that had held it in
+    between was paused inside a transaction that carried its input positions. Looking up the
+    group's offsets waited for that transaction and timed out, and the member went on from
+    its own last confirm, from before it lost the partition: every input the other member had
+    processed since was processed again. It now leaves the lookup to Kafka, which waits until
+    the transaction ends."""
+    if embedded_broker:
+        pytest.skip("Tansu does not hold a group's offsets for an open transaction")
+    source, sink = stream_factory(), stream_factory()
+    publish(cluster, source, [b"%d" % i for i in range(20)])
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    reports: list[str] = []
+    first = Subscriber(cluster, SubscriberConfig(
+        stream=source, group=group, lease_timeout_ms=30_000, max_batch=5,
+        error_handler=lambda summary, _: reports.append(summary),
+    ))  # fmt: skip
+    seen: list[int] = []
+
+    def poll_first() -> list[int]:
+        seen.extend(r.offset or 0 for r in first.poll(100))
+        return seen
+
+    with first:
+        assert [r.offset for r in poll_count(first, 5)] == [0, 1, 2, 3, 4]
+        first.confirm()
+        first.deactivate()  # the partition goes to the other member
+        config = SubscriberConfig(stream=source, group=group, lease_timeout_ms=LEASE_MS)
+        with Subscriber(cluster, config) as other, txn_publisher(cluster, sink) as pub:
+            assert [r.offset for r in poll_count(other, 15)] == list(range(5, 20))
+            with pub.transaction():
+                pub.publish_async(Record(b"out"))
+                pub.confirm(other)  # position 20, pending until the commit
+                other.deactivate()
+                first.reactivate()  # the partition comes back while the transaction is open
+                eventually(lambda: poll_first() is not None and reports, 120)
+        publish(cluster, source, [b"20"])
+        eventually(lambda: 20 in poll_first(), 60)
+    assert any("positioning" in s for s in reports), reports
+    assert seen == [20], "inputs the transaction confirmed came again"
