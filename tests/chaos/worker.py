@@ -49,6 +49,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +118,25 @@ def stream(name: str, partitions: int) -> StreamConfig:
     )
 
 
-def _subscriber(args: argparse.Namespace, **extra: Any) -> Subscriber:
+def _reporter(history: History) -> Callable[[str, BaseException | None], None]:
+    """An error handler that keeps each report in the history (``error``): a failed
+    positioning or a lost lease shows in the trace of an anomaly."""
+
+    def report(summary: str, error: BaseException | None) -> None:
+        detail = None if error is None else f"{type(error).__name__}: {error}"[:300]
+        history.add("error", summary=summary[:300], error=detail)
+
+    return report
+
+
+def _subscriber(args: argparse.Namespace, history: History, **extra: Any) -> Subscriber:
     config = SubscriberConfig(
         stream=stream(args.topic, args.partitions),
         group=args.group,
         lease_timeout_ms=LEASE_MS,
         max_batch=50,
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
-        **({"error_handler": lambda summary, error: None} | extra),
+        **({"error_handler": _reporter(history)} | extra),
     )
     return Subscriber(Cluster(args.bootstrap), config)
 
@@ -139,7 +151,7 @@ def _read(history: History, batch: RecordBatch, **fields: str) -> dict[int, int]
 
 
 def run_alo(args: argparse.Namespace, history: History) -> None:
-    with _subscriber(args) as sub:
+    with _subscriber(args, history) as sub:
         while not os.path.exists(args.stop):
             batch = sub.poll(200)
             if not len(batch):
@@ -159,7 +171,7 @@ def run_eos(args: argparse.Namespace, history: History) -> None:
         stream=stream(args.output, args.partitions), transactional_id=f"{args.group}-{args.slot}"
     )
     count = 0
-    with Publisher(cluster, output) as pub, _subscriber(args) as sub:
+    with Publisher(cluster, output) as pub, _subscriber(args, history) as sub:
         while not os.path.exists(args.stop):
             batch = sub.poll(200)
             if not len(batch):
@@ -188,7 +200,7 @@ def run_sql(args: argparse.Namespace, history: History) -> None:
     """Each batch's rows and its positions (``SqlPositions``) in one database transaction."""
     store = SqlStore(args.db)
     table = ledger(args.output)
-    with _subscriber(args, positions=SqlPositions(store)) as sub:
+    with _subscriber(args, history, positions=SqlPositions(store)) as sub:
         while not os.path.exists(args.stop):
             batch = sub.poll(200)
             if not len(batch):
@@ -320,10 +332,7 @@ def run_par(args: argparse.Namespace, history: History) -> None:
         value, key = (r.data or b"").decode(), (r.key or b"").decode()
         history.add("dead", value=value, key=key, error=type(error).__name__)
 
-    def report(summary: str, error: BaseException | None) -> None:
-        detail = None if error is None else f"{type(error).__name__}: {error}"[:300]
-        history.add("error", summary=summary[:300], error=detail)
-
+    report = _reporter(history)
     subs: list[Subscriber] = []
 
     def positions() -> dict[str, int | None]:
@@ -338,7 +347,7 @@ def run_par(args: argparse.Namespace, history: History) -> None:
 
     tiers = [RetryTier(delay_s=0.5), RetryTier(delay_s=1.0)]
     hooks = {"on_assign": assigned, "on_revoke": revoked}
-    with _subscriber(args, error_handler=report, **hooks) as sub:
+    with _subscriber(args, history, error_handler=report, **hooks) as sub:
         subs.append(sub)
         sub.attach_receiver(
             handler, concurrency=8, max_in_flight=200, dead_letter=dead,
