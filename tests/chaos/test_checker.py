@@ -13,6 +13,7 @@ from bolide.stores import Outbox, SqlStore
 from tests.chaos.history import Event, History, read_history
 from tests.chaos.workloads import (
     WORKLOADS,
+    acknowledged,
     check_alo,
     check_archive,
     check_durable,
@@ -22,6 +23,7 @@ from tests.chaos.workloads import (
     check_share,
     check_sql,
     lost_rows,
+    outbox_lost,
 )
 from tests.conftest import upgraded_db_url
 
@@ -237,7 +239,9 @@ def test_an_outbox_loss_comes_with_its_rows(tmp_path: Path, request: pytest.Fixt
         {"producer": [("publish", {"status": "ok", "value": f"outbox-{n}"}) for n in range(3)]},
     )
     output = {(0, 0): ("outbox-0", {}), (0, 1): ("outbox-2", {})}
-    assert lost_rows(url, outbox, events, output) == [
+    lost = outbox_lost(acknowledged(events, outbox), output, set())
+    assert lost == ["outbox-1"]
+    assert lost_rows(url, outbox, lost) == [
         {"id": 2, "payload": "outbox-1", "relay": "r", "batch": 7, "sent_ms": 1,
          "kafka_partition": None, "kafka_offset": None},
     ]  # fmt: skip

@@ -429,7 +429,7 @@ def check_outbox(
         highest[number % 8] = max(number, highest.get(number % 8, -1))
     return {
         "acknowledged": len(acked),
-        "lost": sum(1 for v in acked if times[v] == 0 and v not in pending),
+        "lost": len(outbox_lost(acked, output, pending)),
         "stuck": sum(1 for v in acked if v in pending),
         "duplicates": sum(n - 1 for n in times.values() if n > 1),
         "out-of-order": inversions,
@@ -437,17 +437,23 @@ def check_outbox(
     }
 
 
-def lost_rows(db: str, workload: Workload, events: list[Event], output: Scan) -> list[dict]:
-    """The outbox rows of acknowledged values missing from the stream, as the database keeps
-    them (claim, batch, where they were marked sent): what tells a loss's path."""
-    times = Counter(value for value, _ in output.values())
-    lost = sorted(v.encode() for v in acknowledged(events, workload) if times[v] == 0)
+def outbox_lost(acked: Iterable[str], output: Scan, pending: set[str]) -> list[str]:
+    """The ``acked`` rows (committed by the writer) neither in the stream nor ``pending``
+    (still unsent)."""
+    published = {value for value, _ in output.values()}
+    return sorted(v for v in acked if v not in published and v not in pending)
+
+
+def lost_rows(db: str, workload: Workload, lost: list[str]) -> list[dict]:
+    """The outbox rows of the ``lost`` values, as the database keeps them (claim, batch,
+    where they were marked sent): what tells a loss's path."""
     c = OUTBOX.c
     columns = (c.id, c.payload, c.relay, c.batch, c.sent_ms, c.kafka_partition, c.kafka_offset)
     engine = sa.create_engine(db, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
-            query = sa.select(*columns).where(c.stream == workload.output, c.payload.in_(lost))
+            payloads = [v.encode() for v in lost]
+            query = sa.select(*columns).where(c.stream == workload.output, c.payload.in_(payloads))
             rows = conn.execute(query.order_by(c.id)).mappings().all()
     finally:
         engine.dispose()
@@ -638,9 +644,11 @@ def check(
     topic = scan(cluster, workload.topic, workload.partitions)
     if workload.name == "outbox" and db is not None:
         output = scan(cluster, workload.output, workload.partitions)
-        found = check_outbox(workload, events, output, _unsent(db, workload))
+        pending = _unsent(db, workload)
+        found = check_outbox(workload, events, output, pending)
         if found["lost"] and evidence is not None:
-            evidence[f"{workload.name}-lost-rows"] = lost_rows(db, workload, events, output)
+            lost = outbox_lost(acknowledged(events, workload), output, pending)
+            evidence[f"{workload.name}-lost-rows"] = lost_rows(db, workload, lost)
         return found
     if workload.name == "durable":
         return check_durable(workload, events, topic)
