@@ -444,31 +444,34 @@ def outbox_lost(acked: Iterable[str], output: Scan, pending: set[str]) -> list[s
     return sorted(v for v in acked if v not in published and v not in pending)
 
 
-def lost_rows(db: str, workload: Workload, lost: list[str]) -> list[dict]:
+def lost_rows(db: str, workload: Workload, lost: list[str]) -> list[dict[str, Any]]:
     """The outbox rows of the ``lost`` values, as the database keeps them (claim, batch,
     where they were marked sent): what tells a loss's path."""
     c = OUTBOX.c
     columns = (c.id, c.payload, c.relay, c.batch, c.sent_ms, c.kafka_partition, c.kafka_offset)
+    payloads = [v.encode() for v in lost]
+    query = sa.select(*columns).where(c.stream == workload.output, c.payload.in_(payloads))
+    names = [column.name for column in columns]
+    return [
+        {k: v.decode() if isinstance(v, bytes) else v for k, v in zip(names, row, strict=True)}
+        for row in _select(db, query.order_by(c.id))
+    ]
+
+
+def _select(db: str, query: sa.Select[Any]) -> list[tuple[Any, ...]]:
+    """The rows ``query`` finds in the campaign's database (a connection of its own)."""
     engine = sa.create_engine(db, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
-            payloads = [v.encode() for v in lost]
-            query = sa.select(*columns).where(c.stream == workload.output, c.payload.in_(payloads))
-            rows = conn.execute(query.order_by(c.id)).mappings().all()
+            return [tuple(row) for row in conn.execute(query)]
     finally:
         engine.dispose()
-    return [{k: v.decode() if isinstance(v, bytes) else v for k, v in r.items()} for r in rows]
 
 
 def _unsent(db: str, workload: Workload) -> set[str]:
-    engine = sa.create_engine(db, poolclass=sa.NullPool)
     c = OUTBOX.c
     query = sa.select(c.payload).where(c.stream == workload.output, c.sent_ms.is_(None))
-    try:
-        with engine.connect() as conn:
-            return {bytes(v or b"").decode() for v in conn.execute(query).scalars()}
-    finally:
-        engine.dispose()
+    return {bytes(v or b"").decode() for (v,) in _select(db, query)}
 
 
 def _first_read_inversions(reads: list[Event]) -> int:
@@ -609,27 +612,18 @@ def check_archive(
 
 
 def _archive_rows(db: str, workload: Workload) -> dict[tuple[int, int], str]:
-    engine = sa.create_engine(db, poolclass=sa.NullPool)
     c = RECORDS.c
     query = sa.select(c.kafka_partition, c.kafka_offset, c.payload).where(
         c.stream == workload.topic
     )
-    try:
-        with engine.connect() as conn:
-            return {(p, o): bytes(v or b"").decode() for p, o, v in conn.execute(query)}
-    finally:
-        engine.dispose()
+    rows: list[tuple[int, int, bytes | None]] = _select(db, query)
+    return {(p, o): bytes(v or b"").decode() for p, o, v in rows}
 
 
 def _ledger_rows(db: str, workload: Workload) -> list[tuple[int, int, str]]:
-    engine = sa.create_engine(db, poolclass=sa.NullPool)
     table = ledger(workload.output)
-    try:
-        with engine.connect() as conn:
-            query = sa.select(table.c.kafka_partition, table.c.kafka_offset, table.c.value)
-            return [tuple(row) for row in conn.execute(query.order_by(table.c.id))]
-    finally:
-        engine.dispose()
+    query = sa.select(table.c.kafka_partition, table.c.kafka_offset, table.c.value)
+    return _select(db, query.order_by(table.c.id))
 
 
 def check(
