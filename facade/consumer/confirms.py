@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bolide.facade._internal.lock import HookLock
 from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
@@ -23,6 +24,11 @@ from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.ports import PositionStore
 
 __all__ = ["Confirms"]
+
+#: A commit inside ``on_revoke`` refused for a stale member epoch is sent this many times in
+#: all, waiting a little longer each time for the group's heartbeat to bring the new epoch.
+_STALE_ATTEMPTS = 4
+_STALE_WAIT_S = 0.1
 
 
 class Confirms:
@@ -115,18 +121,15 @@ class Confirms:
                 ``held_only``, and the partition is not held.
         """
         state = self._state
-        last_read = read if read is not None else state.last_read()
+        last_read = state.confirmable(read) if read is not None else state.last_read()
         targets = dict(last_read) if offset is None else self._read(offset, partition, last_read)
         # An ungrouped subscriber holds every partition: what it read is all confirmable.
         assigned = set() if deactivated else set(state.assigned())
-        confirmed = state.confirmed()
         unconfirmed = sorted(
-            p for p, o in targets.items() if p not in assigned and o + 1 > confirmed.get(p, 0)
+            p for p, o in targets.items() if p not in assigned and state.unconfirmed(p, o)
         )
-        if read is None and offset is None:
-            for p in set(targets) - assigned:  # another member reads them from here
-                if state.last_read().get(p) == targets[p]:
-                    state.unread(p)
+        if offset is None:  # another member reads them from here: reported or refused once
+            state.forget_reads(set(targets) - assigned)
         if strict:
             self._refuse_revoked(unconfirmed)
         if held_only and unconfirmed:
@@ -260,11 +263,8 @@ class Confirms:
         Raises:
             IllegalSubscriberStateError: The consumer is closed.
         """
-        finished = finished or {}
         if note:
-            self._state.note_confirmed(positions)
-            for p, o in positions.items():
-                self._state.settled(p, o, finished.get(p, ()))
+            self._settle(positions, finished or {})
         commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
         if not self.revoking and self._consumer_lock is not None:
             with self._lock:
@@ -283,12 +283,43 @@ class Confirms:
                 self._state.commit(commits, asynchronous=True)
                 return
             try:
-                self._state.commit(commits, asynchronous=False)
+                self._commit_revoking(commits)
             except KafkaException as exc:
                 for tp in commits:  # not committed: a later confirm may send it again
                     if self._sent.get(tp.partition) == tp.offset:
                         del self._sent[tp.partition]
-                self._report(f"confirm failed on {self._topic} while revoking", exc)
+                self._report(
+                    f"confirm failed on {self._topic} while revoking; the partitions' next "
+                    "owner reads their records again from the last commit",
+                    exc,
+                )
+
+    def _commit_revoking(self, commits: list[TopicPartition]) -> None:
+        """A synchronous commit inside ``on_revoke``. Under Kafka 4's consumer protocol the
+        member's epoch may move on while the hook runs (the group's next heartbeat answered):
+        the broker then refuses the commit as stale, though the partitions are still owned
+        until the revocation is acknowledged. It is sent again with the new epoch, a few
+        times.
+
+        Raises:
+            KafkaException: The commit failed, for another reason or for good.
+        """
+        for attempt in range(1, _STALE_ATTEMPTS + 1):
+            try:
+                self._state.commit(commits, asynchronous=False)
+                return
+            except KafkaException as exc:
+                stale = exc.args[0].code() == KafkaError.STALE_MEMBER_EPOCH
+                if not stale or attempt == _STALE_ATTEMPTS:
+                    raise
+                time.sleep(_STALE_WAIT_S * attempt)
+
+    def _settle(self, positions: Mapping[int, int], finished: Mapping[int, list[int]]) -> None:
+        """``positions`` are confirmed, the records ``finished`` above them with them: the one
+        record of it, whether the group's offsets or the application's database holds them."""
+        self._state.note_confirmed(positions)
+        for p, o in positions.items():
+            self._state.settled(p, o, finished.get(p, ()))
 
     def _metadata(self, partition: int, position: int) -> str:
         """The commit metadata of ``position``: the finished set above it, encoded (empty
@@ -443,11 +474,10 @@ class Confirms:
 
         def committed() -> None:
             with self._lock:
-                for p, o in changed.items():
-                    if self._owners.get(p) == owners[p] and o > self._stored.get(p, -1):
-                        self._stored[p] = o
-                    if self._owners.get(p) == owners[p]:
-                        self._state.settled(p, o, done.get(p, ()))
+                mine = {p: o for p, o in changed.items() if self._owners.get(p) == owners[p]}
+                for p, o in mine.items():
+                    self._stored[p] = max(o, self._stored.get(p, -1))
+                self._settle(mine, done)
             if not self._grouped or not changed:
                 return  # an ungrouped subscriber's consumer group is its own, and throwaway
             try:

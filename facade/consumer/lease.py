@@ -127,11 +127,12 @@ class Lease:
         self._unclaimed.difference_update(parts)
         unclaimed: list[int] = []
         try:
-            committed = self._confirms.committed(parts)
-            known = dict(committed)
-            if self._durable is not None:
-                committed = self._durable.kept_positions(committed)
-            positions.resume(parts, committed)
+            if parts:  # an incremental protocol's assignment may add nothing: no claim to ask
+                committed = self._confirms.committed(parts)
+                known = dict(committed)
+                if self._durable is not None:
+                    committed = self._durable.kept_positions(committed)
+                positions.resume(parts, committed)
         except Exception as exc:
             # Never leave the lease half taken: go on from the confirmed positions read before
             # the failure (a position store's are ahead of the group's), never back below them.
@@ -165,17 +166,22 @@ class Lease:
         self._unclaimed.clear()
         if not parts:
             return
+        moved: list[int] = []
         try:
             committed = self._confirms.committed(parts)
             if self._durable is not None:
                 committed = self._durable.kept_positions(committed)
+            # The lookups of the log's start (and the initial scheme's) may fail too: a
+            # partition not moved yet is asked again, never left paused for good.
+            for p, offset in self._positions.resume_targets(parts, committed).items():
+                self._fetcher.move(p, offset)  # the others stay where delivery stands
+                moved.append(p)
         except Exception as exc:
-            self._unclaimed.update(parts)
+            state.holds.release(moved, "claim")
+            self._unclaimed.update(p for p in parts if p not in moved)
             self._claim_at = time.monotonic() + _CLAIM_RETRY_S
             self._report(f"claiming {self._topic}{parts} failed again; not reading them", exc)
             return
-        for p, offset in self._positions.resume_targets(parts, committed).items():
-            self._fetcher.move(p, offset)  # the others stay where delivery stands
         state.holds.release(parts, "claim")
         log.info("%s claimed %s%s", self._group_id, self._topic, parts)
 

@@ -205,7 +205,9 @@ class PartitionState:
             self._last_read.pop(partition, None)
 
     def note_confirmed(self, positions: Mapping[int, int]) -> None:
-        """Remember positions this member confirmed (a rebalance never resumes below them)."""
+        """Remember positions this member confirmed, whichever store wrote them (the group's
+        offsets, a transaction, the application's database): a rebalance never resumes below
+        them, and what was read below them is confirmed, on a partition lost since too."""
         for p, o in positions.items():
             self._confirmed[p] = max(o, self._confirmed.get(p, o))
             if p in self._ledgers:
@@ -213,6 +215,11 @@ class PartitionState:
                     self._ledgers[p].advance(o)
             if o > self._last_read.get(p, -1):
                 self._read_in.pop(p, None)  # all it read is confirmed
+
+    def unconfirmed(self, partition: int, last: int) -> bool:
+        """Records of ``partition`` read up to ``last`` lie above what this member
+        confirmed there."""
+        return last + 1 > self._confirmed.get(partition, 0)
 
     def take(self, partitions: Iterable[int]) -> None:
         """The group assigned exactly ``partitions`` (a group member's rebalance)."""
@@ -233,8 +240,19 @@ class PartitionState:
         for p in held:
             self._epoch.pop(p, None)
             self._ledgers.pop(p, None)
+        # What was read there and confirmed is done with: no later confirm names the partition
+        # (nor a view of the reads kept elsewhere, an asyncio iteration's: ``confirmable``).
+        # Reads not confirmed stay, for the next confirm to report or refuse once.
+        self.forget_reads(p for p in held if not self.unconfirmed(p, self._last_read.get(p, -1)))
         self.holds.drop(parts)
         return held
+
+    def confirmable(self, read: Mapping[int, int]) -> dict[int, int]:
+        """``read`` (a view of the last record handed out per partition, kept apart from this
+        state) without the partitions whose reads this state forgot: held, or read here and
+        not confirmed yet."""
+        known = self._last_read
+        return {p: o for p, o in read.items() if p in self._assigned or p in known}
 
     # -- the consumer ------------------------------------------------------------------------
 

@@ -19,12 +19,17 @@ transaction). Checked after every step, for the partition:
 
 and at the end, once everything is released and a last receiver has run: every record was
 finished at least once (nothing lost) and the position reaches the end.
+
+A second machine drives partial revokes under an incremental protocol (cooperative-sticky or
+KIP-848): a member that loses some partitions keeps confirming those it holds, whether a
+parallel receiver or an ``async for`` loop drives it.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -56,6 +61,7 @@ from bolide.facade.receiver import Receiver
 from bolide.stores import SqlPositions, SqlStore
 from bolide.stores.schema import POSITIONS
 from tests.conftest import DATABASES, eventually, upgraded_db_url
+from tests.pubsub.test_partial_revoke import Member
 
 pytestmark = [pytest.mark.kafka, pytest.mark.reliability, pytest.mark.slow]
 
@@ -344,4 +350,171 @@ def test_the_receiver_on_sql_positions_against_the_model(
     with SqlStore(upgraded_db_url(database, tmp_path, request)) as store:
         run_state_machine_as_test(
             lambda: ReceiverMachine(cluster, stream_factory, store), settings=MODEL
+        )
+
+
+class PartialRevokeMachine(RuleBasedStateMachine):
+    """Partial revokes under an incremental protocol: member A (a parallel receiver, or an
+    ``async for`` loop) holds a stream's four partitions; a second member joins and takes some
+    of them, then leaves and gives them back, while records keep coming. Checked after every
+    step: neither member's confirm was refused but for records read on a partition revoked
+    from it since, and (with SQL) no stored position moves back or passes a committed row;
+    at the end, every record was handled (with SQL: its row written exactly once) and every
+    position reaches the end."""
+
+    def __init__(self, cluster: Any, make_stream: Any, store: SqlStore | None) -> None:
+        super().__init__()
+        self.cluster, self.make_stream, self.store = cluster, make_stream, store
+        self.members: list[Member] = []
+        self.published: set[tuple[int, int]] = set()
+        self.high: dict[int, int] = {}
+
+    @initialize(
+        protocol=st.sampled_from(["cooperative", "consumer"]),
+        driver=st.sampled_from(["receiver", "async"]),
+    )
+    def start(self, protocol: str, driver: str) -> None:
+        self.protocol = protocol
+        self.stream = self.make_stream(partitions=PARTIAL_PARTITIONS, global_order=False)
+        self.group = f"pr-{uuid.uuid4().hex[:10]}"
+        self.table: sa.Table | None = None
+        if self.store is not None:
+            self.table = sa.Table(
+                f"effects_{uuid.uuid4().hex[:8]}",
+                sa.MetaData(),
+                sa.Column("part", sa.Integer),
+                sa.Column("off", sa.BigInteger),
+            )
+            self.table.create(self.store.engine)
+        self.publish(2)
+        self.a = self._member(driver)
+        eventually(lambda: self._handled() >= self.published, 120)
+
+    def _member(self, driver: str) -> Member:
+        member = Member(
+            self.cluster,
+            self.stream,
+            self.group,
+            self.protocol,
+            store=self.store,
+            table=self.table,
+            driver=driver,
+        )
+        self.members.append(member)
+        return member
+
+    def _handled(self) -> set[tuple[int, int]]:
+        return {r for m in self.members for r in list(m.handled)}
+
+    def _live(self) -> list[Member]:
+        return [m for m in self.members if not m.stopped]
+
+    def _settled(self) -> bool:
+        held = [m.holding() for m in self._live()]
+        every = sorted(p for h in held for p in h) == list(range(PARTIAL_PARTITIONS))
+        return all(held) and every
+
+    @rule(per_partition=st.integers(1, 3))
+    def publish(self, per_partition: int) -> None:
+        with Publisher(self.cluster, PublisherConfig(stream=self.stream)) as pub:
+            for i in range(per_partition):
+                for p in range(PARTIAL_PARTITIONS):
+                    self.published.add((p, pub.publish(Record(b"%d" % i, partition=p))))
+
+    @precondition(lambda self: len(self._live()) == 1)
+    @rule()
+    def join(self) -> None:
+        """A second member joins: A gives some partitions up and keeps the others."""
+        self._member("sync")
+        eventually(self._settled, 120)
+
+    @precondition(lambda self: len(self._live()) == 2)
+    @rule()
+    def leave(self) -> None:
+        """The second member leaves: A takes its partitions back."""
+        self._live()[-1].stop()
+        eventually(self._settled, 120)
+
+    @invariant()
+    def refused_only_for_revoked_partitions(self) -> None:
+        wrong = [e for m in self.members for e in m.refusals_of_held()]
+        assert not wrong, wrong
+
+    @invariant()
+    def positions_never_move_back_nor_pass_a_row(self) -> None:
+        if self.store is None or self.table is None or not self.members:
+            return
+        with self.store.engine.connect() as conn:  # the rows first: the positions are newer
+            rows = conn.execute(sa.select(self.table.c.part, self.table.c.off)).all()
+        c = POSITIONS.c
+        query = sa.select(c.kafka_partition, c.next_offset, c.finished).where(
+            c.group_id == self.group, c.stream == self.stream.name
+        )
+        with self.store.engine.connect() as conn:
+            stored = {int(p): (int(o), text) for p, o, text in conn.execute(query)}
+        for p, (position, text) in stored.items():
+            assert position >= self.high.get(p, 0), (p, self.high.get(p), position)
+            self.high[p] = position
+            finished = decode_finished(position, text, where="model")
+            lost = sorted(o for q, o in rows if q == p and o >= position and o not in finished)
+            assert not lost, f"rows {lost} of {p} committed above {position}"
+
+    def teardown(self) -> None:
+        try:
+            if not self.members:
+                return
+            eventually(lambda: self._handled() >= self.published, 120)
+            if self.store is not None and self.table is not None:
+                with self.store.engine.connect() as conn:
+                    rows = conn.execute(sa.select(self.table.c.part, self.table.c.off)).all()
+                counts = Counter((int(p), int(o)) for p, o in rows)
+                assert set(counts) == self.published
+                assert max(counts.values()) == 1, [r for r, n in counts.items() if n > 1]
+                ends = SqlPositions(self.store).positions
+            else:
+                ends = lambda group, stream: committed_positions(self.cluster, group, stream)  # noqa: E731
+            last = {p: o + 1 for p, o in sorted(self.published)}
+            eventually(lambda: ends(self.group, self.stream.name) == last, 60)
+        finally:
+            for member in self.members:
+                member.stop()
+
+
+#: The partial revoke model's stream.
+PARTIAL_PARTITIONS = 4
+
+
+def committed_positions(cluster: Any, group: str, stream: str) -> dict[int, int]:
+    """The group's committed offsets of ``stream``'s partitions."""
+    probe = probe_consumer(cluster, **{"group.id": group})
+    try:
+        found = probe.committed(
+            [TopicPartition(stream, p) for p in range(PARTIAL_PARTITIONS)], timeout=30
+        )
+    finally:
+        probe.close()
+    return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+
+PARTIAL = settings(
+    max_examples=3,
+    stateful_step_count=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def test_partial_revokes_on_kafka_offsets_against_the_model(cluster, stream_factory):
+    run_state_machine_as_test(
+        lambda: PartialRevokeMachine(cluster, stream_factory, None), settings=PARTIAL
+    )
+
+
+@pytest.mark.postgres
+def test_partial_revokes_on_sql_positions_against_the_model(
+    cluster, stream_factory, tmp_path, request
+):
+    with SqlStore(upgraded_db_url("postgresql", tmp_path, request)) as store:
+        run_state_machine_as_test(
+            lambda: PartialRevokeMachine(cluster, stream_factory, store), settings=PARTIAL
         )
