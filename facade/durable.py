@@ -43,14 +43,12 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException
 
 from bolide.facade.config import Cluster, SubscriberConfig
-from bolide.facade.errors import DurableClientBusyError, StoreError
-from bolide.facade.kafka import (
-    delete_group,
-    log_ends,
-)
+from bolide.facade.errors import DurableClientBusyError, StoreError, TopicRecreatedError
+from bolide.facade.kafka import delete_group, log_ends, topic_identity
 from bolide.facade.ports import (
     DURABLE_REGISTRIES,
     DurableRegistry,
+    Incarnations,
     open_plugin,
 )
 from bolide.facade.record import Record
@@ -264,11 +262,12 @@ class DurableSession:
                     hook(self.durable_id)
                 except Exception as exc:
                     self._host.report("on_expired raised", exc)
+        key = self._incarnation(claim.state)
         self.marker = log_ends(
             self._cluster, self._topic, range(self._partitions), isolation=self._config.isolation
         )
         self.marker_ms = int(time.time() * 1000)
-        self.registry.mark(self.durable_id, self._topic, self.marker)
+        self.registry.mark(self.durable_id, key, self.marker)
         log.info(
             "durable client %r connected (%s), marker %s", self.durable_id, self.state, self.marker
         )
@@ -276,6 +275,41 @@ class DurableSession:
             target=self._beat, name=f"bolide-durable-{self.durable_id}", daemon=True
         )
         self._heartbeat.start()
+
+    def _incarnation(self, state: str) -> str:
+        """The key of the topic incarnation the stream is now, under which the marker is
+        kept. A resumed client whose last marker was taken on a topic deleted since is told
+        (``TopicRecreatedError``) and starts the new topic as a new client would: its queue
+        was the old topic's, and nothing of it is replayed from the new one."""
+        registry = self.registry
+        marked_as = getattr(registry, "marked_as", None)
+        if not isinstance(registry, Incarnations) or marked_as is None:
+            return self._topic  # a registry that keeps markers by stream name only
+        identity = topic_identity(self._cluster, self._topic)
+        if identity is None:  # no topic id to tell incarnations apart
+            return self._topic
+        current, retired = registry.identify(self._topic, identity)
+        before = marked_as(self.durable_id, self._topic)
+        if before is None or before == current.stored_as:
+            return current.stored_as
+        self.registry.mark(self.durable_id, before, {})  # the old topic's: forgotten
+        if state == "resumed":
+            self._fresh = set(range(self._partitions))
+            drop_position(self._cluster, self.group_id)
+            self._host.report(
+                f"durable client {self.durable_id!r}: {self._topic!r} was deleted and created "
+                f"again since it last connected (topic id now {identity.topic_id}): its queue "
+                "was the old topic's; it starts the new one by its initial offset scheme",
+                TopicRecreatedError(
+                    "topic recreated",
+                    stream=self._topic,
+                    old_topic_id=retired.topic_id
+                    if retired is not None
+                    else before.partition("@")[2] or "unknown",
+                    topic_id=identity.topic_id,
+                ),
+            )
+        return current.stored_as
 
     def _beat(self) -> None:
         interval = max(0.1, self._lease_ms / 3000)

@@ -49,6 +49,7 @@ __all__ = [
     "AuthorizationError",
     "BolideError",
     "BrokerError",
+    "ClusterMismatchError",
     "DeadLetterError",
     "DeadLetterFilterError",
     "DeadLetterNotFoundError",
@@ -73,6 +74,7 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "StreamConfigMismatchError",
+    "TopicRecreatedError",
     "TransactionError",
     "TransactionInDoubtError",
 ]
@@ -215,6 +217,42 @@ class StoreError(BolideError):
 
 class SchemaOutOfDateError(StoreError):
     """The database schema is behind the code; the message names the command to run."""
+
+
+class ClusterMismatchError(StoreError):
+    """A history store that archived a stream from one Kafka cluster is used with another (a
+    mirror after a failover, a staging cluster pointed at production's database): offsets of
+    one cluster mean nothing on another. The message names both cluster ids and the command
+    that adopts the new one (``bolide db adopt STREAM --cluster-id ID``).
+
+    Attributes:
+        stored_cluster_id: The cluster the store holds the stream's history of.
+        cluster_id: The cluster met now.
+    """
+
+    def __init__(
+        self, message: str, *, stream: str, stored_cluster_id: str, cluster_id: str
+    ) -> None:
+        super().__init__(message, stream=stream)
+        self.stored_cluster_id = stored_cluster_id
+        self.cluster_id = cluster_id
+
+
+class TopicRecreatedError(BolideError):
+    """The stream's Kafka topic was deleted and created again (its topic id changed): what
+    was stored of the old topic (history, positions, a durable client's marker) is not used
+    for the new one. Reported once to the error handler by whoever meets it; the new topic is
+    read by the rule docs/history.md states.
+
+    Attributes:
+        old_topic_id: The topic id the store knew.
+        topic_id: The topic id Kafka has now.
+    """
+
+    def __init__(self, message: str, *, stream: str, old_topic_id: str, topic_id: str) -> None:
+        super().__init__(message, stream=stream)
+        self.old_topic_id = old_topic_id
+        self.topic_id = topic_id
 
 
 class DurableClientError(BolideError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bolide.facade.config import StreamConfig
+from bolide.facade.ports import Incarnations, TopicIdentity
 from bolide.facade.record import Record
 
 __all__ = ["HistoryCursor"]
@@ -27,26 +28,51 @@ class HistoryCursor:
     def __init__(self, stream: StreamConfig) -> None:
         self.stream = stream
         self.store = stream.store
+        # The topic incarnation whose history is read (``identify``; by default the current).
+        self.stored_as: str | None = None
+        self._topic_id: str | None = None
         self._spans: dict[int, _Span] = {}
         self._finished: list[int] = []
         self._gaps: list[tuple[int, int, int]] = []
+
+    def identify(self, identity: TopicIdentity) -> str | None:
+        """The stream is the topic ``identity`` now: only that incarnation's history is read
+        (a topic deleted and created again starts with none). Returns the old topic id when
+        the topic changed since the store, or this cursor, last met it."""
+        if not isinstance(self.store, Incarnations):
+            return None
+        current, retired = self.store.identify(self.stream.name, identity)
+        before, self._topic_id = self._topic_id, identity.topic_id
+        self.stored_as = current.stored_as
+        if retired is not None:
+            return retired.topic_id
+        return before if before not in (None, identity.topic_id) else None
+
+    def _which(self) -> dict[str, str]:
+        """The store's keyword naming the incarnation read (none for the current one, and for
+        a store that keeps no incarnations)."""
+        return {} if self.stored_as is None else {"stored_as": self.stored_as}
 
     def first_offset(self, partition: int) -> int | None:
         """The first offset the store holds for ``partition`` (``None`` without a store)."""
         if self.store is None:
             return None
-        return self.store.smallest_offset(self.stream.name, partition)
+        return self.store.smallest_offset(self.stream.name, partition, **self._which())
 
     def covers(self, partition: int, offset: int, stop: int) -> bool:
         """True when the store holds records in ``[offset, stop)`` to splice in."""
         if self.store is None:
             return False
-        largest = self.store.largest_offset(self.stream.name, partition)
+        largest = self.store.largest_offset(self.stream.name, partition, **self._which())
         return largest is not None and largest >= offset and offset < stop
 
     def open(self, partition: int, offset: int, stop: int) -> None:
         """Read ``[offset, stop)`` of ``partition`` from the store before Kafka."""
         self._spans[partition] = _Span(offset, stop)
+
+    def reading(self) -> list[int]:
+        """The partitions reading from the store now."""
+        return sorted(self._spans)
 
     def active(self, partition: int) -> bool:
         """True while ``partition`` still reads from the store."""
@@ -70,7 +96,9 @@ class HistoryCursor:
                 break
             want = min(limit - len(out), span.stop - span.next_offset)
             rows = (
-                self.store.read(self.stream.name, partition, span.next_offset, want)
+                self.store.read(
+                    self.stream.name, partition, span.next_offset, want, **self._which()
+                )
                 if self.store is not None and want > 0
                 else []
             )

@@ -35,6 +35,8 @@ __all__ = [
     "DurableClient",
     "DurableRegistry",
     "HistoryStore",
+    "Incarnation",
+    "Incarnations",
     "Polled",
     "PositionStore",
     "PublishCallback",
@@ -43,6 +45,7 @@ __all__ = [
     "SchemaRegistry",
     "Serde",
     "SubscriberLike",
+    "TopicIdentity",
     "TypedSerde",
     "now_ms",
     "open_plugin",
@@ -50,6 +53,46 @@ __all__ = [
 
 
 # -- history ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """Which Kafka topic a stream's name stands for now (``bolide.facade.kafka.identity``).
+
+    Attributes:
+        topic_id: Its Kafka topic id (KIP-516; base64, as Kafka's tools print it).
+        cluster_id: Its cluster's id.
+    """
+
+    topic_id: str
+    cluster_id: str
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One incarnation of a stream's topic, as a history store knows it
+    (``bolide.stores.incarnations``).
+
+    Attributes:
+        stream: The stream's (the topic's) name.
+        topic_id: Its Kafka topic id.
+        cluster_id: The id of the cluster it lives on.
+        stored_as: The key its rows carry in the ``stream`` columns of bolide's tables.
+        first_seen_ms: When the store first met it (Unix milliseconds).
+        retired_ms: When the store found the topic replaced by another (``None``: current).
+    """
+
+    stream: str
+    topic_id: str
+    cluster_id: str
+    stored_as: str
+    first_seen_ms: int
+    retired_ms: int | None
+
+    @property
+    def current(self) -> bool:
+        """True for the incarnation the stream's name stands for now."""
+        return self.retired_ms is None
 
 
 @runtime_checkable
@@ -68,30 +111,65 @@ class HistoryStore(Protocol):
         """Return one record, or ``None``."""
         ...
 
-    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
-        """Return up to ``limit`` records at or after ``from_offset``, in offset order."""
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        from_offset: int,
+        limit: int,
+        *,
+        stored_as: str | None = None,
+    ) -> list[Record]:
+        """Return up to ``limit`` records at or after ``from_offset``, in offset order, of the
+        stream's current topic incarnation (or of the one ``stored_as`` names)."""
         ...
 
-    def largest_offset(self, stream: str, partition: int) -> int | None:
+    def largest_offset(
+        self, stream: str, partition: int, *, stored_as: str | None = None
+    ) -> int | None:
         """Return the largest stored offset, or ``None`` when nothing is stored."""
         ...
 
-    def smallest_offset(self, stream: str, partition: int) -> int | None:
+    def smallest_offset(
+        self, stream: str, partition: int, *, stored_as: str | None = None
+    ) -> int | None:
         """Return the smallest stored offset, or ``None`` when nothing is stored."""
         ...
 
 
 @runtime_checkable
-class ArchiveStore(HistoryStore, Protocol):
+class Incarnations(Protocol):
+    """A store that keeps what it holds of a topic per incarnation (``SqlStore``,
+    ``SqlPositions``, ``SqlDurableRegistry``: docs/history.md). A store without it keeps
+    rows by stream name only, as before topic identity."""
+
+    def identify(
+        self, stream: str, identity: TopicIdentity
+    ) -> tuple[Incarnation, Incarnation | None]:
+        """Record that ``stream`` is the topic ``identity`` now: its current incarnation (its
+        rows' key, ``stored_as``), and the one this call retired (the topic was deleted and
+        created again since the store last met it), else ``None``."""
+        ...
+
+
+@runtime_checkable
+class ArchiveStore(HistoryStore, Incarnations, Protocol):
     """A history store the archiver can write in bulk, with typed tables beside the raw one."""
 
     def check_schema(self) -> None:
         """Raise ``SchemaOutOfDateError`` unless the store's schema is current."""
         ...
 
-    def store_batches(self, batches: Mapping[str, Sequence[Record]], *, also: Any = None) -> int:
-        """Store several streams' records in one transaction; ``also(connection)`` runs in it
-        (the typed tables). Returns the rows inserted."""
+    def store_batches(
+        self,
+        batches: Mapping[str, Sequence[Record]],
+        *,
+        also: Any = None,
+        stored_as: Mapping[str, str] | None = None,
+    ) -> int:
+        """Store several streams' records in one transaction, each under its topic
+        incarnation's key (``stored_as``; the current one by default); ``also(connection)``
+        runs in it (the typed tables). Returns the rows inserted."""
         ...
 
     def same_store(self, other: object) -> bool:
@@ -300,7 +378,8 @@ class DurableRegistry(Protocol):
         ...
 
     def mark(self, durable_id: str, stream: str, marker: Mapping[int, int]) -> None:
-        """Store the marker of the latest connect: each partition's end, where replay stops."""
+        """Store the marker of the latest connect: each partition's end, where replay stops
+        (``stream``: the key of the topic incarnation it was taken on, ``identify``)."""
         ...
 
     def release(self, durable_id: str, owner: str) -> bool:

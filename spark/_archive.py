@@ -107,7 +107,9 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
     return out
 
 
-def archive_partitions(batch: DataFrame, url: str, serde: Any | None) -> tuple[int, int]:
+def archive_partitions(
+    batch: DataFrame, url: str, serde: Any | None, stored_as: dict[str, str] | None = None
+) -> tuple[int, int]:
     """Write each Spark partition of ``batch`` into the store at ``url`` from the executor that
     holds it; return (rows, rows inserted), the only data that reaches the driver.
 
@@ -115,7 +117,8 @@ def archive_partitions(batch: DataFrame, url: str, serde: Any | None) -> tuple[i
     transaction through ``SqlStore.store_batches``: idempotent on (stream, partition, offset),
     so a task Spark retries, or a micro-batch it replays, inserts nothing twice. ``serde`` is
     a ``serde_spec`` (an ``AvroSerde`` rebuilt in each worker) or a picklable typed serde; its
-    typed table is written in the same transactions.
+    typed table is written in the same transactions. ``stored_as``: the key of each stream's
+    topic incarnation the batch was read from (``SqlStore.identify``; by default the current).
     """
     from pyspark.sql import functions as F
 
@@ -133,7 +136,8 @@ def archive_partitions(batch: DataFrame, url: str, serde: Any | None) -> tuple[i
                     continue
                 store = store or SqlStore(url)
                 rows += chunk.num_rows
-                inserted += store.store_batches(by_stream, also=typed_writer(by_stream, serde))
+                also = typed_writer(by_stream, serde, stored_as)
+                inserted += store.store_batches(by_stream, also=also, stored_as=stored_as)
         finally:
             if store is not None:
                 store.close()
@@ -150,10 +154,11 @@ def archive_partitions(batch: DataFrame, url: str, serde: Any | None) -> tuple[i
 
 
 def typed_writer(
-    batches: dict[str, list[Record]], serde: Any | None
+    batches: dict[str, list[Record]], serde: Any | None, stored_as: dict[str, str] | None = None
 ) -> Callable[[Any], None] | None:
     """The ``also`` of ``store_batches`` filling the records' typed tables (``serde``: a
-    ``serde_spec`` or a typed serde), or ``None`` without a serde."""
+    ``serde_spec`` or a typed serde; ``stored_as``: each stream's topic incarnation), or
+    ``None`` without a serde."""
     if serde is None:
         return None
     from bolide.stores.typed_archive import write_typed
@@ -166,7 +171,7 @@ def typed_writer(
     def also(conn: Any) -> None:
         for name, recs in batches.items():
             if recs:
-                write_typed(conn, name, recs, serde)
+                write_typed(conn, name, recs, serde, stored_as=(stored_as or {}).get(name))
 
     return also
 
@@ -209,8 +214,7 @@ def _offset_ranges(
 
     records = sa.table("bolide_records", sa.column("stream"), sa.column("kafka_offset"))
     span = sa.select(sa.func.min(records.c.kafka_offset), sa.func.max(records.c.kafka_offset))
-    if streams is not None:
-        span = span.where(records.c.stream.in_(list(streams)))
+    span = span.where(records.c.stream.in_(list(_current_keys(sql, streams))))
     with sql.engine.connect() as conn:
         low, high = conn.execute(span).one()
     tasks = max(1, spark.sparkContext.defaultParallelism)
@@ -224,22 +228,29 @@ def _offset_ranges(
     }
 
 
+def _current_keys(sql: SqlStore, streams: Sequence[str] | None) -> dict[str, str]:
+    """The key of the current topic incarnation of each of ``streams`` (every archived stream
+    when ``None``) -> its name: what an archive read loads (``bolide.stores.incarnations``)."""
+    names = list(streams) if streams is not None else sql.streams()
+    current = {i.stream: i.stored_as for i in sql.incarnations() if i.current}
+    return {current.get(name, name): name for name in names}
+
+
 def _via_jdbc(
-    spark: SparkSession, url: str, streams: Sequence[str] | None, ranges: dict[str, str]
+    spark: SparkSession, url: str, keys: dict[str, str], ranges: dict[str, str]
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
     options = {**jdbc_options(url), **ranges}
+    # Keys are data: a DataFrame filter, evaluated by Spark. JDBC cannot bind parameters, and
+    # a pushed-down filter is SQL text whose quoting depends on the server's settings
+    # (standard_conforming_strings), so none is pushed down.
+    names = F.create_map(*[F.lit(v) for pair in keys.items() for v in pair])
 
     def table(name: str) -> DataFrame:
         reader = spark.read.format("jdbc").options(**options).option("dbtable", name)
-        if streams is None:
-            return reader.load()
-        # Stream names are data: a DataFrame filter, evaluated by Spark. JDBC cannot bind
-        # parameters, and a pushed-down filter is SQL text whose quoting depends on the
-        # server's settings (standard_conforming_strings), so none is pushed down.
         df = reader.option("pushDownPredicate", "false").load()
-        return df.where(F.col("stream").isin(list(streams)))
+        return df.where(F.col("stream").isin(list(keys)))
 
     records = table("bolide_records")
     headers = (
@@ -256,7 +267,7 @@ def _via_jdbc(
     return joined.select(
         F.col("key").cast("binary"),
         F.col("payload").cast("binary").alias("value"),
-        F.col("stream").alias("topic"),
+        names[F.col("stream")].alias("topic"),
         F.col("kafka_partition").cast("int").alias("partition"),
         F.col("kafka_offset").cast("long").alias("offset"),
         F.expr("timestamp_millis(cast(timestamp_ms AS bigint))").alias("timestamp"),
@@ -268,7 +279,7 @@ def _via_jdbc(
 def _via_store(spark: SparkSession, store: SqlStore, streams: Sequence[str] | None) -> DataFrame:
     import pyarrow as pa
 
-    names = list(streams) if streams is not None else store.streams()
+    names = list(_current_keys(store, streams).values())
     columns: dict[str, list[Any]] = {
         c: [] for c in ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
     }
@@ -349,4 +360,4 @@ def _load(spark: SparkSession, sql: SqlStore, streams: Sequence[str] | None, via
     if via == "store" or not usable:
         return _via_store(spark, sql, streams)
     url = executor_store_url(spark, sql)
-    return _via_jdbc(spark, url, streams, _offset_ranges(spark, sql, streams))
+    return _via_jdbc(spark, url, _current_keys(sql, streams), _offset_ranges(spark, sql, streams))

@@ -16,7 +16,14 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from bolide.facade.config import Cluster, HistoryStore
-from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, log_ends, log_starts
+from bolide.facade.kafka import (
+    CONSUMER_DEFAULTS,
+    admin_client,
+    log_ends,
+    log_starts,
+    topic_identity,
+)
+from bolide.facade.ports import Incarnations
 from bolide.facade.redaction import redact, redact_url
 from bolide.spark._java_settings import librdkafka_settings
 
@@ -301,11 +308,25 @@ class SourceOptions:
             consumer.close()
         store = self.store()
         if store is not None:
+            key = self.stored_as(topic)
+            which = {} if key is None else {"stored_as": key}
             for p in parts:
-                first = store.smallest_offset(topic, p)
+                first = store.smallest_offset(topic, p, **which)
                 if first is not None and first < starts[p]:
                     starts[p] = first
         return starts
+
+    def stored_as(self, topic: str) -> str | None:
+        """The key of ``topic``'s current incarnation in the history store, recorded there
+        first (a topic deleted and created again has none of the old one's history);
+        ``None`` without a store, or a topic id to tell incarnations apart."""
+        store = self.store()
+        if not isinstance(store, Incarnations):
+            return None
+        identity = topic_identity(self.cluster(), topic)
+        if identity is None:
+            return None
+        return store.identify(topic, identity)[0].stored_as
 
     def latest(self, topic: str, parts: list[int]) -> dict[int, int]:
         """The true end (next offset to be written) per partition."""

@@ -174,13 +174,16 @@ def _from_store(opts: SourceOptions, rng: ReadRange, stop: int) -> Iterator[Reco
     if store is None:
         _lost(opts, rng, rng.start, stop, "below Kafka's log start and no bolide.store")
         return
-    first = store.smallest_offset(rng.topic, rng.partition)
+    key = opts.stored_as(rng.topic)  # the topic as it is now: never an older one's history
+    which = {} if key is None else {"stored_as": key}
+    first = store.smallest_offset(rng.topic, rng.partition, **which)
     if first is None or first >= stop:
         _lost(opts, rng, rng.start, stop, "below Kafka's log start and not in the store")
         return
     if first > rng.start:
         _lost(opts, rng, rng.start, first, "below both Kafka's log start and the store's")
     cursor = HistoryCursor(StreamConfig(name=rng.topic, global_order=False, store=store))
+    cursor.stored_as = key
     cursor.open(rng.partition, max(first, rng.start), stop)
     while cursor.active(rng.partition):
         yield from cursor.read(_BATCH_ROWS)

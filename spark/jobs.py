@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bolide.facade.compat import stale_watermarks
 from bolide.facade.config import Cluster, StreamConfig
-from bolide.facade.errors import BolideError
+from bolide.facade.errors import BolideError, TopicRecreatedError
 from bolide.facade.kafka import ensure_topic
 from bolide.spark._archive import archive_partitions, executor_store_url, load_archive
 from bolide.spark._options import cluster_source_options
@@ -207,11 +207,11 @@ def archive(
     connection per task, through ``SqlStore.store_batches``, which is idempotent on (stream,
     partition, offset): a task Spark retries, or a batch it replays after a crash or restart,
     inserts nothing twice, and the checkpoint ensures nothing is skipped. The rows never pass
-    through the driver, which gets each task's counts for the ``BatchReport``. The store's
-    schema must be current (``bolide db upgrade``). With ``serde`` (the stream's
-    ``AvroSerde``), each micro-batch also fills the stream's typed table in the same
-    transactions, from the same executors, as the ``Archiver`` does with its
-    ``serdes`` (docs/avro.md): payloads that do not decode stay in the raw archive only.
+    through the driver, which gets each task's counts for the ``BatchReport`` and, each batch,
+    records which topic incarnation the stream is (docs/history.md). The store's schema must
+    be current (``bolide db upgrade``). With ``serde`` (the stream's ``AvroSerde``), each
+    micro-batch also fills the stream's typed table in the same transactions, from the same
+    executors, as the ``Archiver`` does (docs/avro.md): what does not decode stays raw only.
 
     Args (and those every job takes, in the module's docstring):
         stream: The stream to archive.
@@ -233,29 +233,67 @@ def archive(
     url = executor_store_url(spark, store)
     _check_store(store)
     _check_typed_serde(serde)
+    limit, name = max_offsets_per_trigger, _stream(stream).name
     df = read_stream(
-        spark,
-        stream,
-        bootstrap,
-        source=source,
-        starting_offsets=starting_offsets,
-        max_offsets_per_trigger=max_offsets_per_trigger,
-        options=options,
-    )
-    writer = df.writeStream.queryName(f"bolide-archive-{_stream(stream).name}")
-    writer = writer.foreachBatch(_archive_batches(url, _shipped_serde(serde), on_batch))
+        spark, stream, bootstrap, source=source, starting_offsets=starting_offsets,
+        max_offsets_per_trigger=limit, options=options,
+    )  # fmt: skip
+    batches = _archive_batches(url, _shipped_serde(serde), on_batch, (_cluster(bootstrap), name))
+    writer = df.writeStream.queryName(f"bolide-archive-{name}").foreachBatch(batches)
     return _start(writer, checkpoint, until_caught_up, trigger_interval_s)
 
 
+def _key(url: str, cluster: Cluster, name: str) -> dict[str, str]:
+    """``{name: key}`` of the topic incarnation the stream is now, recorded in the store (a
+    topic deleted and created again is archived apart); empty without a topic id."""
+    from bolide.facade.kafka import topic_identity
+    from bolide.stores import SqlStore
+
+    identity = topic_identity(cluster, name)
+    if identity is None:
+        return {}
+    with SqlStore(url) as store:
+        return {name: store.identify(name, identity)[0].stored_as}
+
+
+def _same_topic(first: str, keys: dict[str, str]) -> None:
+    """Refuse a micro-batch of a query that began on another topic of the same name: the
+    checkpoint's offsets are the old topic's, and the new one is archived from its start
+    only by a query with a new checkpoint.
+
+    Raises:
+        TopicRecreatedError: The topic was deleted and created again since the query began.
+    """
+    ((name, key),) = keys.items()
+    if key != first:
+        raise TopicRecreatedError(
+            f"{name!r} was deleted and created again while the archive job ran: start it "
+            "again with a new checkpoint (the old one's offsets are the old topic's); the "
+            "new topic is archived apart from the old one (docs/history.md)",
+            stream=name,
+            old_topic_id=first.partition("@")[2] or "unknown",
+            topic_id=key.partition("@")[2] or "unknown",
+        )
+
+
 def _archive_batches(
-    url: str, serde: Any | None, on_batch: BatchCallback | None
+    url: str,
+    serde: Any | None,
+    on_batch: BatchCallback | None,
+    topic: tuple[Cluster, str] | None = None,
 ) -> Callable[[DataFrame, int], None]:
-    """The archive job's batch writer: the executors write their partitions, the driver
-    gets the counts and reports."""
+    """The archive job's batch writer: the driver learns which incarnation the ``topic``
+    (cluster, name) is now, the executors write their partitions into it, the driver gets the
+    counts and reports."""
+
+    first: dict[str, str] = {}
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
-        rows, inserted = archive_partitions(batch, url, serde)
+        keys = _key(url, *topic) if topic is not None else None
+        if keys:
+            _same_topic(first.setdefault(*next(iter(keys.items()))), keys)
+        rows, inserted = archive_partitions(batch, url, serde, keys)
         report = BatchReport(batch_id, rows, inserted, 0, time.monotonic() - began)
         log.info("archive batch %d: %d rows, %d new", batch_id, rows, inserted)
         if on_batch is not None:

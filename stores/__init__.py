@@ -9,6 +9,7 @@ them ``store`` (``SqlStore``), ``positions``, ``durable_registry`` and ``schema_
 from bolide.stores.archive import Archiver, ArchiverStats, ProgressCallback, require_delete_records
 from bolide.stores.deadletters import DeadLetter, DeadLetters
 from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
+from bolide.stores.incarnations import Incarnation
 from bolide.stores.outbox import AsyncOutboxRelay, Outbox, OutboxRelay, RelayConfig, RelayStats
 from bolide.stores.positions import SqlPositions
 from bolide.stores.schema_registry import SqlSchemaRegistry
@@ -21,6 +22,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetters",
     "DurableClient",
+    "Incarnation",
     "Outbox",
     "OutboxRelay",
     "ProgressCallback",

@@ -64,23 +64,31 @@ def header_name(stored: str) -> str:
 
 
 def read_page(
-    conn: Connection, stream: str, partition: int, from_offset: int, limit: int
+    conn: Connection,
+    stream: str,
+    partition: int,
+    from_offset: int,
+    limit: int,
+    *,
+    stored_as: str | None = None,
 ) -> list[Record]:
-    """Up to ``limit`` records of ``stream``'s ``partition`` at or after ``from_offset``.
+    """Up to ``limit`` records of ``stream``'s ``partition`` at or after ``from_offset``, of
+    the topic incarnation whose rows carry ``stored_as`` (by default the stream's name).
 
     Raises:
         sqlalchemy.exc.DBAPIError: The database failed (as SQLAlchemy raises it).
     """
     records_sql, headers_sql = _STATEMENTS[conn.dialect.paramstyle]
+    key = stored_as or stream
 
     def fetch(raw: Any) -> list[Record]:
         cursor = raw.cursor()
         try:
-            cursor.execute(records_sql, (stream, partition, from_offset, limit))
+            cursor.execute(records_sql, (key, partition, from_offset, limit))
             rows = cursor.fetchall()
             if not rows:
                 return []
-            cursor.execute(headers_sql, (stream, partition, rows[0][0], rows[-1][0]))
+            cursor.execute(headers_sql, (key, partition, rows[0][0], rows[-1][0]))
             headers = group_headers(cursor.fetchall(), ESCAPED_NAME_MARK, header_name)
         finally:
             cursor.close()

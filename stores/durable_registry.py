@@ -24,9 +24,16 @@ from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, RowMapping
 
 from bolide.facade.errors import DurableClientBusyError
-from bolide.facade.ports import Claim, ClaimState, DurableClient, now_ms
+from bolide.facade.ports import (
+    Claim,
+    ClaimState,
+    DurableClient,
+    Incarnation,
+    TopicIdentity,
+    now_ms,
+)
 from bolide.facade.support import Closing
-from bolide.stores.schema import DURABLE_CLIENTS, DURABLE_MARKERS
+from bolide.stores.schema import DURABLE_CLIENTS, DURABLE_MARKERS, TOPICS
 from bolide.stores.store import SqlStore
 
 __all__ = ["Claim", "ClaimState", "DurableClient", "SqlDurableRegistry"]
@@ -123,6 +130,31 @@ class SqlDurableRegistry(Closing):
                 return bool(done.rowcount == 1)
 
         return self._run("touch durable client", renew)
+
+    def identify(
+        self, stream: str, identity: TopicIdentity
+    ) -> tuple[Incarnation, Incarnation | None]:
+        """Record which topic ``stream`` is now (``SqlStore.identify``): a marker names the
+        topic incarnation it was taken on."""
+        return self.store.identify(stream, identity)
+
+    def marked_as(self, durable_id: str, stream: str) -> str | None:
+        """The key of the topic incarnation of ``stream`` the client's marker was taken on
+        (its name, or a later incarnation's key); ``None`` without a marker."""
+        m, t = DURABLE_MARKERS.c, TOPICS.c
+        keys = sa.select(t.stored_as).where(t.stream == stream)
+        query = (
+            sa.select(m.stream)
+            .where(m.durable_id == durable_id, sa.or_(m.stream == stream, m.stream.in_(keys)))
+            .limit(1)
+        )
+
+        def fetch() -> str | None:
+            with self.store.engine.connect() as conn:
+                found = conn.execute(query).scalar()
+            return None if found is None else str(found)
+
+        return self._run("read durable marker", fetch)
 
     def mark(self, durable_id: str, stream: str, marker: Mapping[int, int]) -> None:
         """Store the marker (end offset per partition) taken at this (re)connect."""

@@ -24,9 +24,10 @@ from sqlalchemy.exc import DBAPIError
 
 from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.errors import NotAssignedError
-from bolide.facade.ports import now_ms
+from bolide.facade.ports import Incarnation, TopicIdentity, now_ms
 from bolide.facade.support import Closing
 from bolide.facade.validate import check_int
+from bolide.stores import incarnations
 from bolide.stores.dialects import dialect_of
 from bolide.stores.schema import POSITIONS
 from bolide.stores.store import SqlStore
@@ -177,17 +178,31 @@ class SqlPositions(Closing):
         self.store.check_schema_once()
         return self.store.guarded("load finished records", fetch, stream=stream)
 
+    def identify(
+        self, stream: str, identity: TopicIdentity
+    ) -> tuple[Incarnation, Incarnation | None]:
+        """Record which topic ``stream`` is now (``SqlStore.identify``): the positions of a
+        topic deleted since are kept under its own incarnation, never resumed from.
+
+        Raises:
+            ClusterMismatchError: The store holds the stream of another cluster.
+            StoreError: The database failed.
+        """
+        return self.store.identify(stream, identity)
+
     # -- inspection and lifetime -----------------------------------------------------------
 
-    def positions(self, group: str, stream: str) -> dict[int, int]:
-        """Every stored position of ``group`` on ``stream``: partition -> next offset."""
+    def positions(self, group: str, stream: str, *, stored_as: str | None = None) -> dict[int, int]:
+        """Every stored position of ``group`` on ``stream`` (its current topic incarnation, or
+        the one ``stored_as`` names): partition -> next offset."""
         c = POSITIONS.c
-        query = sa.select(c.kafka_partition, c.next_offset).where(
-            c.group_id == group, c.stream == stream
-        )
 
         def fetch() -> dict[int, int]:
             with self.store.engine.connect() as conn:
+                key = stored_as or incarnations.stored_as(conn, stream)
+                query = sa.select(c.kafka_partition, c.next_offset).where(
+                    c.group_id == group, c.stream == key
+                )
                 return {int(p): int(o) for p, o in conn.execute(query) if o >= 0}
 
         self.store.check_schema_once()

@@ -17,11 +17,12 @@ from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from bolide.facade.errors import SchemaOutOfDateError, StoreError
+from bolide.facade.ports import Incarnation, TopicIdentity
 from bolide.facade.record import Record
 from bolide.facade.redaction import redact_text, redact_url, url_secrets
 from bolide.facade.support import Closing
 from bolide.facade.validate import check_int
-from bolide.stores import _migrate
+from bolide.stores import _migrate, incarnations
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
 from bolide.stores.dialects import (
@@ -33,7 +34,7 @@ from bolide.stores.dialects import (
     dialect_of,
     retriable,
 )
-from bolide.stores.schema import RECORDS
+from bolide.stores.schema import RECORDS, TOPICS
 
 __all__ = ["SqlStore"]
 
@@ -159,6 +160,7 @@ class SqlStore(Closing):
 
     def store_all(self, stream: str, records: Sequence[Record]) -> int:
         """Store records of one stream in one transaction; idempotent on (partition, offset).
+        They go to the stream's current topic incarnation (``identify``).
 
         Args:
             stream: The stream the records belong to.
@@ -178,6 +180,7 @@ class SqlStore(Closing):
         batches: Mapping[str, Sequence[Record]],
         *,
         also: Callable[[Connection], object] | None = None,
+        stored_as: Mapping[str, str] | None = None,
     ) -> int:
         """Store records of several streams in ONE transaction (what the archiver writes).
 
@@ -185,15 +188,21 @@ class SqlStore(Closing):
             batches: Records by stream.
             also: Called with the connection before the commit, to write more in the same
                 transaction (the archiver's typed Avro tables).
+            stored_as: The key of the topic incarnation the records of each stream were read
+                from (``Incarnation.stored_as``); a stream left out goes to its current one.
 
         Returns:
             How many rows were inserted in total.
         """
         records: list[RecordRow] = []
         headers: list[HeaderRow] = []
-        for stream, recs in batches.items():
-            _rows(_check_stream(stream), recs, records, headers)
         self.check_schema_once()
+        keys = dict(stored_as or {})
+        missing = [s for s in batches if s not in keys]
+        if missing:
+            keys.update(self._current_keys(missing))
+        for stream, recs in batches.items():
+            _rows(_check_stream(stream), keys[stream], recs, records, headers)
 
         def write() -> int:
             with self.engine.begin() as conn:
@@ -209,8 +218,17 @@ class SqlStore(Closing):
         found = self.read(stream, partition, offset, 1)
         return found[0] if found and found[0].offset == offset else None
 
-    def read(self, stream: str, partition: int, from_offset: int, limit: int) -> list[Record]:
-        """Return up to ``limit`` records at or after ``from_offset``, in offset order.
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        from_offset: int,
+        limit: int,
+        *,
+        stored_as: str | None = None,
+    ) -> list[Record]:
+        """Return up to ``limit`` records at or after ``from_offset``, in offset order, of the
+        stream's current topic incarnation (or of the one ``stored_as`` names).
 
         Keyset paging: pass the last offset read plus one to get the next page.
 
@@ -228,57 +246,185 @@ class SqlStore(Closing):
 
         def fetch() -> list[Record]:
             with self.engine.connect() as conn:
-                return read_page(conn, stream, partition, from_offset, limit)
+                key = stored_as or incarnations.stored_as(conn, stream)
+                return read_page(conn, stream, partition, from_offset, limit, stored_as=key)
 
         return self.guarded("read", fetch, stream=stream, partition=partition)
 
-    def largest_offset(self, stream: str, partition: int) -> int | None:
-        """The largest stored offset of ``partition``, or ``None`` when nothing is stored."""
-        return self._edge(sa.func.max, stream, partition)
+    def largest_offset(
+        self, stream: str, partition: int, *, stored_as: str | None = None
+    ) -> int | None:
+        """The largest stored offset of ``partition`` (of the current topic incarnation, or
+        of the one ``stored_as`` names), or ``None`` when nothing is stored."""
+        return self._edge(sa.func.max, stream, partition, stored_as)
 
-    def smallest_offset(self, stream: str, partition: int) -> int | None:
-        """The smallest stored offset of ``partition``, or ``None`` when nothing is stored."""
-        return self._edge(sa.func.min, stream, partition)
+    def smallest_offset(
+        self, stream: str, partition: int, *, stored_as: str | None = None
+    ) -> int | None:
+        """The smallest stored offset of ``partition`` (of the current topic incarnation, or
+        of the one ``stored_as`` names), or ``None`` when nothing is stored."""
+        return self._edge(sa.func.min, stream, partition, stored_as)
 
-    def _edge(self, fn: Any, stream: str, partition: int) -> int | None:
+    def _edge(self, fn: Any, stream: str, partition: int, stored_as: str | None) -> int | None:
         _check_stream(stream)
         check_int("partition", partition)
         self.check_schema_once()
         r = RECORDS.c
-        query = sa.select(fn(r.kafka_offset)).where(
-            r.stream == stream, r.kafka_partition == partition
-        )
 
         def fetch() -> int | None:
             with self.engine.connect() as conn:
+                key = stored_as or incarnations.stored_as(conn, stream)
+                query = sa.select(fn(r.kafka_offset)).where(
+                    r.stream == key, r.kafka_partition == partition
+                )
                 value = conn.execute(query).scalar()
             return None if value is None else int(value)
 
         return self.guarded("offset lookup", fetch, stream=stream, partition=partition)
 
-    def partitions(self, stream: str) -> list[int]:
-        """The partitions of ``stream`` that have stored records, ascending."""
+    def offset_for_time(
+        self,
+        stream: str,
+        partition: int,
+        timestamp_ms: int,
+        *,
+        before: int | None = None,
+        stored_as: str | None = None,
+    ) -> int | None:
+        """The first stored offset of ``partition`` (below ``before``) whose record's
+        timestamp is at or after ``timestamp_ms`` (Kafka's ``offsets_for_times`` over the
+        archive), of the current topic incarnation or the one ``stored_as`` names; ``None``
+        when there is none."""
+        _check_stream(stream)
+        check_int("partition", partition)
+        self.check_schema_once()
+        r = RECORDS.c
+
+        def fetch() -> int | None:
+            with self.engine.connect() as conn:
+                key = stored_as or incarnations.stored_as(conn, stream)
+                where = [r.stream == key, r.kafka_partition == partition]
+                where.append(r.timestamp_ms >= timestamp_ms)
+                if before is not None:
+                    where.append(r.kafka_offset < before)
+                value = conn.execute(sa.select(sa.func.min(r.kafka_offset)).where(*where)).scalar()
+            return None if value is None else int(value)
+
+        return self.guarded("offset lookup", fetch, stream=stream, partition=partition)
+
+    def partitions(self, stream: str, *, stored_as: str | None = None) -> list[int]:
+        """The partitions of ``stream`` (its current topic incarnation, or the one
+        ``stored_as`` names) that have stored records, ascending."""
         _check_stream(stream)
         self.check_schema_once()
         r = RECORDS.c
-        query = sa.select(r.kafka_partition).where(r.stream == stream).distinct()
 
         def fetch() -> list[int]:
             with self.engine.connect() as conn:
+                key = stored_as or incarnations.stored_as(conn, stream)
+                query = sa.select(r.kafka_partition).where(r.stream == key).distinct()
                 return sorted(int(p) for p in conn.execute(query).scalars())
 
         return self.guarded("partitions", fetch, stream=stream)
 
     def streams(self) -> list[str]:
-        """The streams that have stored records, sorted."""
+        """The streams that have stored records (of any topic incarnation), sorted."""
         self.check_schema_once()
-        query = sa.select(RECORDS.c.stream).distinct()
+        t = TOPICS.c
+        keys = sa.select(RECORDS.c.stream).distinct().subquery()
+        query = sa.select(sa.func.coalesce(t.stream, keys.c.stream)).outerjoin_from(
+            keys, TOPICS, t.stored_as == keys.c.stream
+        )
 
         def fetch() -> list[str]:
             with self.engine.connect() as conn:
-                return sorted(str(s) for s in conn.execute(query).scalars())
+                return sorted({str(s) for s in conn.execute(query).scalars()})
 
         return self.guarded("streams", fetch)
+
+    # -- topic incarnations (bolide.stores.incarnations) ----------------------------------
+
+    def identify(
+        self, stream: str, identity: TopicIdentity
+    ) -> tuple[Incarnation, Incarnation | None]:
+        """Record that ``stream`` is the Kafka topic ``identity`` now: its current topic
+        incarnation, and the one this call retired (the topic was deleted and created again
+        since the store last met it), else ``None``.
+
+        Raises:
+            ClusterMismatchError: The store holds the stream of another cluster (``adopt``).
+            StoreError: The database failed.
+        """
+        _check_stream(stream)
+        self.check_schema_once()
+
+        def write() -> tuple[Incarnation, Incarnation | None]:
+            try:
+                with self.engine.begin() as conn:
+                    return incarnations.identify(conn, stream, identity)
+            except (exc.IntegrityError, incarnations.Conflict):  # another process meanwhile
+                with self.engine.begin() as conn:
+                    return incarnations.identify(conn, stream, identity)
+
+        return self.guarded("identify", write, stream=stream)
+
+    def incarnations(self, stream: str | None = None) -> list[Incarnation]:
+        """The topic incarnations the store has met (of ``stream``), oldest first."""
+        self.check_schema_once()
+
+        def fetch() -> list[Incarnation]:
+            with self.engine.connect() as conn:
+                return incarnations.incarnations(conn, stream)
+
+        return self.guarded("incarnations", fetch, stream=stream)
+
+    def drop_incarnation(self, stream: str, topic_id: str) -> int:
+        """Delete a retired topic incarnation of ``stream`` and everything stored of it;
+        returns how many records went.
+
+        Raises:
+            LookupError: No such incarnation.
+            ValueError: It is the current one.
+        """
+        self.check_schema_once()
+
+        def write() -> int:
+            with self.engine.begin() as conn:
+                return incarnations.drop(conn, stream, topic_id)
+
+        return self.guarded("drop incarnation", write, stream=stream)
+
+    def adopt(self, stream: str, cluster_id: str) -> Incarnation:
+        """Let ``stream``'s history go on from Kafka cluster ``cluster_id`` (after a failover
+        to a mirror): its topic there starts a new incarnation when first met.
+
+        Raises:
+            LookupError: The store has never met ``stream``.
+        """
+        _check_stream(stream)
+        self.check_schema_once()
+
+        def write() -> Incarnation:
+            with self.engine.begin() as conn:
+                return incarnations.adopt(conn, stream, cluster_id)
+
+        return self.guarded("adopt", write, stream=stream)
+
+    def stored_as(self, stream: str) -> str:
+        """The key the rows of ``stream``'s current topic incarnation carry in the ``stream``
+        columns of bolide's tables (its name while the store has met no topic id of it)."""
+        _check_stream(stream)
+        self.check_schema_once()
+        return self._current_keys([stream])[stream]
+
+    def _current_keys(self, streams: Iterable[str]) -> dict[str, str]:
+        """The key of each stream's current topic incarnation."""
+
+        def fetch() -> dict[str, str]:
+            with self.engine.connect() as conn:
+                return {s: incarnations.stored_as(conn, s) for s in streams}
+
+        return self.guarded("incarnations", fetch)
 
     # -- errors and lifetime --------------------------------------------------------------
 
@@ -363,11 +509,13 @@ def _check_stream(stream: object) -> str:
 
 def _rows(
     stream: str,
+    key: str,
     records: Iterable[Record],
     rows: list[RecordRow],
     headers: list[HeaderRow],
 ) -> None:
-    """Append the insert rows of ``records`` to ``rows`` and ``headers``.
+    """Append the insert rows of ``records`` to ``rows`` and ``headers``, under the topic
+    incarnation's ``key``.
 
     The first occurrence of a (partition, offset) wins; header names are stored escaped where
     they must be (``stored_name``).
@@ -391,10 +539,10 @@ def _rows(
         if where in seen:
             continue
         seen.add(where)
-        rows.append((stream, partition, offset, rec.timestamp_ms, rec.key, rec.data))
+        rows.append((key, partition, offset, rec.timestamp_ms, rec.key, rec.data))
         if rec.headers:
             headers += [
-                (stream, partition, offset, i, stored_name(name), value)
+                (key, partition, offset, i, stored_name(name), value)
                 for i, (name, value) in enumerate(rec.headers)
             ]
 

@@ -47,6 +47,7 @@ def register(subparsers: Any) -> None:
     for parser, func in ((up, _db_upgrade), (down, _db_downgrade), (current, _db_current)):
         add_db_argument(parser)
         parser.set_defaults(func=func, parser=parser)
+    _register_incarnations(db_sub)
 
     archive = subparsers.add_parser(
         "archive",
@@ -120,6 +121,78 @@ def _db_current(args: argparse.Namespace) -> int:
         current, head = store.current(), store.head()
         state = "up to date" if current == head else "run `bolide db upgrade`"
         print(f"{current or 'none'} (head {head}): {state}")
+    return 0
+
+
+# -- topic incarnations -------------------------------------------------------------------------
+
+
+def _register_incarnations(db_sub: Any) -> None:
+    """``bolide db incarnations``, ``drop-incarnation`` and ``adopt``."""
+    listing = db_sub.add_parser(
+        "incarnations",
+        help="list the topic incarnations the store has met",
+        description="Each Kafka topic a stream's name has stood for (a topic deleted and "
+        "created again is a new one): its topic id, cluster id, the key its rows carry in the "
+        "stream column of bolide's tables, when it was first met and when it was retired.",
+    )
+    listing.add_argument("--stream", metavar="NAME", help="only this stream")
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    drop = db_sub.add_parser(
+        "drop-incarnation",
+        help="delete a retired topic incarnation and what is stored of it",
+        description="Delete the records, headers, positions and durable markers stored of a "
+        "retired incarnation of STREAM (a topic deleted since), and its entry.",
+    )
+    drop.add_argument("stream", metavar="STREAM")
+    drop.add_argument("topic_id", metavar="TOPIC_ID")
+    adopt = db_sub.add_parser(
+        "adopt",
+        help="let a stream's history go on from another Kafka cluster",
+        description="After a failover to a mirror (or a rebuilt cluster), let STREAM's history "
+        "continue from the cluster ID: its topic there starts a new incarnation when first "
+        "met. Until then the store refuses that cluster (ClusterMismatchError).",
+    )
+    adopt.add_argument("stream", metavar="STREAM")
+    adopt.add_argument("--cluster-id", required=True, metavar="ID", help="the new cluster's id")
+    for parser, func in ((listing, _db_incarnations), (drop, _db_drop), (adopt, _db_adopt)):
+        add_db_argument(parser)
+        parser.set_defaults(func=func, parser=parser)
+
+
+def _db_incarnations(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=True) as store:
+        found = store.incarnations(args.stream)
+    if args.json:
+        print(json.dumps([{**i.__dict__, "current": i.current} for i in found]))
+        return 0
+    columns = ("stream", "topic_id", "cluster_id", "stored_as", "first_seen_ms", "retired_ms")
+    print(table(columns, [tuple(getattr(i, c) for c in columns) for i in found]))
+    return 0
+
+
+def _db_drop(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=True) as store:
+        try:
+            count = store.drop_incarnation(args.stream, args.topic_id)
+        except (LookupError, ValueError) as error:
+            print(f"bolide db drop-incarnation: {error}", file=sys.stderr)
+            return 1
+    print(f"dropped incarnation {args.topic_id} of {args.stream}: {count} records")
+    return 0
+
+
+def _db_adopt(args: argparse.Namespace) -> int:
+    with _store(args, check_schema=True) as store:
+        try:
+            adopted = store.adopt(args.stream, args.cluster_id)
+        except LookupError as error:
+            print(f"bolide db adopt: {error}", file=sys.stderr)
+            return 1
+    print(
+        f"{args.stream} now lives on cluster {adopted.cluster_id}: its topic there starts a "
+        "new incarnation when first met"
+    )
     return 0
 
 

@@ -54,6 +54,8 @@ class Parts:
             if self.durable is not None:
                 self.durable.connect()
             confirms, positions, every = self.confirms, self.positions, range(partitions)
+            if not config.grouped or positions.scheme is InitialOffsetScheme.NONE:
+                positions.identify(confirms.identifier)  # a member learns it on assignment
             if config.grouped:
                 if positions.scheme is InitialOffsetScheme.NONE:
                     stored = confirms.stored(every) if confirms.keeps_positions else None

@@ -21,7 +21,7 @@ from bolide.facade._internal.lock import HookLock
 from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
-from bolide.facade.ports import PositionStore
+from bolide.facade.ports import Incarnations, PositionStore, TopicIdentity
 
 __all__ = ["Confirms"]
 
@@ -83,6 +83,9 @@ class Confirms:
         self._claims = itertools.count(1)
         #: Finished sets left out of a write because their encoding did not fit.
         self.overflows = 0
+        # The topic incarnation the store keeps the positions of (its rows' key; ``identify``).
+        self._stored_as = topic
+        self._topic_id: str | None = None
 
     @property
     def keeps_positions(self) -> bool:
@@ -410,6 +413,25 @@ class Confirms:
 
     # -- the application's database ----------------------------------------------------------
 
+    @property
+    def identifier(self) -> Callable[[TopicIdentity], str | None] | None:
+        """``identify`` when the positions live in the application's database, else ``None``
+        (Kafka forgets a deleted topic's offsets by itself)."""
+        return self.identify if isinstance(self._store, Incarnations) else None
+
+    def identify(self, identity: TopicIdentity) -> str | None:
+        """The stream is the topic ``identity`` now: its positions are those of that
+        incarnation (a topic deleted and created again starts without any). Returns the old
+        topic id when the topic changed since the store, or this subscriber, last met it."""
+        if not isinstance(self._store, Incarnations):
+            return None
+        current, retired = self._store.identify(self._topic, identity)
+        before, self._topic_id = self._topic_id, identity.topic_id
+        self._stored_as = current.stored_as
+        if retired is not None:
+            return retired.topic_id
+        return before if before not in (None, identity.topic_id) else None
+
     def stored(self, parts: Iterable[int], *, claim: bool = False) -> dict[int, int]:
         """The store's positions of ``parts`` (negative where none is stored). With
         ``claim``, this subscriber becomes their only writer first (a fresh owner token per
@@ -417,14 +439,14 @@ class Confirms:
         assert self._store is not None and self.group is not None
         parts = list(parts)
         if not claim:
-            found = self._store.load(self.group, self._topic, parts)
+            found = self._store.load(self.group, self._stored_as, parts)
             return {p: found.get(p, -1) for p in parts}
         with self._lock:
             for p in parts:  # unclaimed until the claim commits: a failed claim refuses writes
                 self._owners.pop(p, None)
         owner = f"{self._instance}-{next(self._claims)}"
-        found = self._store.claim(self.group, self._topic, parts, owner)
-        texts = self._store.finished(self.group, self._topic, parts)
+        found = self._store.claim(self.group, self._stored_as, parts, owner)
+        texts = self._store.finished(self.group, self._stored_as, parts)
         with self._lock:
             for p in parts:
                 self._owners[p] = owner
@@ -486,6 +508,5 @@ class Confirms:
                 self._report(f"commit to Kafka after the database on {self._topic} failed", exc)
 
         # The unchanged positions are written too (never moving back): that checks their claim.
-        store.save(
-            conn, group, self._topic, positions, owners=owners, on_commit=committed, finished=done
-        )
+        key = self._stored_as
+        store.save(conn, group, key, positions, owners=owners, on_commit=committed, finished=done)

@@ -128,6 +128,7 @@ class Lease:
         unclaimed: list[int] = []
         try:
             if parts:  # an incremental protocol's assignment may add nothing: no claim to ask
+                positions.identify(self._confirms.identifier)
                 committed = self._confirms.committed(parts)
                 known = dict(committed)
                 if self._durable is not None:
@@ -168,6 +169,7 @@ class Lease:
             return
         moved: list[int] = []
         try:
+            self._positions.identify(self._confirms.identifier)
             committed = self._confirms.committed(parts)
             if self._durable is not None:
                 committed = self._durable.kept_positions(committed)

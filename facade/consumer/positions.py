@@ -15,10 +15,11 @@ from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.consumer.state import PartitionState
-from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError
+from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError, TopicRecreatedError
 from bolide.facade.history import HistoryCursor
-from bolide.facade.kafka import committed_offsets, log_ends, log_starts
+from bolide.facade.kafka import committed_offsets, log_ends, log_starts, topic_identity
 from bolide.facade.kafka.compat import FetchGaps
+from bolide.facade.ports import TopicIdentity
 
 __all__ = ["EARLIEST", "Positions", "Report"]
 
@@ -59,6 +60,7 @@ class Positions:
         self.holds = state.holds
         self.gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self.history = HistoryCursor(config.single)
+        self._recreated: str | None = None  # the new topic id last reported
         scheme = config.initial_offset_scheme
         if scheme is InitialOffsetScheme.AUTO:
             scheme = InitialOffsetScheme.EARLIEST if config.grouped else InitialOffsetScheme.LATEST
@@ -69,6 +71,39 @@ class Positions:
             log_ends(cluster, self.topic, range(partitions), isolation=config.isolation)
             if scheme is InitialOffsetScheme.LATEST
             else {}
+        )
+
+    # -- which topic ---------------------------------------------------------------------
+
+    def identify(self, positions: Callable[[TopicIdentity], str | None] | None) -> None:
+        """Learn which topic the stream is now, for the stores that keep what is read of it
+        (the history spliced below Kafka, and ``positions``: the positions in the application's
+        database, ``Confirms.identifier``). Each then reads that topic incarnation's rows only;
+        a topic deleted and created again is reported once (``TopicRecreatedError``).
+
+        Raises:
+            BrokerError: The cluster did not answer.
+            ClusterMismatchError: A store holds the stream of another cluster.
+        """
+        others = () if positions is None else (positions,)
+        if self.history.store is None and not others:
+            return
+        identity = topic_identity(self._cluster, self.topic)
+        if identity is None:  # no topic id to tell incarnations apart
+            return
+        old = None
+        for learn in (self.history.identify, *others):
+            old = learn(identity) or old
+        if old is None or self._recreated == identity.topic_id:
+            return
+        self._recreated = identity.topic_id
+        self._report(
+            f"{self.topic!r} was deleted and created again (topic id {old} -> "
+            f"{identity.topic_id}): what was stored of the old topic (history, positions) is "
+            "not read for the new one, which starts by the initial offset scheme",
+            TopicRecreatedError(
+                "topic recreated", stream=self.topic, old_topic_id=old, topic_id=identity.topic_id
+            ),
         )
 
     # -- where a partition starts --------------------------------------------------------

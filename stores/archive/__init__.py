@@ -24,13 +24,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from bolide.facade.config import Cluster, ErrorHandler, StreamConfig
-from bolide.facade.errors import BrokerError, IncompatibleBrokerError, StoreError
-from bolide.facade.health import Health, measure
-from bolide.facade.kafka import (
-    CONSUMER_DEFAULTS,
-    ensure_topic,
+from bolide.facade.errors import (
+    BrokerError,
+    IncompatibleBrokerError,
+    StoreError,
+    TopicRecreatedError,
 )
-from bolide.facade.ports import ArchiveStore, HistoryStore
+from bolide.facade.health import Health, measure
+from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, log_starts, topic_identity
+from bolide.facade.ports import ArchiveStore, HistoryStore, Incarnations
 from bolide.facade.record import Record, record_from_message
 from bolide.facade.support import Closing
 from bolide.facade.telemetry import TELEMETRY
@@ -187,7 +189,8 @@ class Archiver(Closing):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._offsets = ArchiveOffsets(cluster, self.streams, self._partitions)
+        self._offsets = ArchiveOffsets(cluster, self.streams, self._partitions, self._trimmable)
+        self._topics = _Topics(isinstance(store, Incarnations))
         self.stats = ArchiverStats()
         self._stats_lock = threading.Lock()  # the writer thread counts retries
         # The run in progress: its writer thread, the records handed to it and not yet
@@ -228,6 +231,7 @@ class Archiver(Closing):
                     self._stopped_by(exc)
                     return
                 self._restarts += 1
+                self._count(retries=1)  # seen now, even while each run fails at its start
                 self._report_error(
                     f"the archiver failed ({exc}); starting again in {delay:.1f}s", exc
                 )
@@ -294,6 +298,19 @@ class Archiver(Closing):
         Returns:
             The final statistics.
         """
+        while True:
+            try:
+                return self._run(until_caught_up)
+            except _Recreated as recreated:  # its old topic's batches are all written
+                log.info("%s recreated: archiving its new topic from the start", recreated)
+
+    def _run(self, until_caught_up: bool) -> ArchiverStats:
+        """One run of ``run``, with one consumer.
+
+        Raises:
+            _Recreated: A stream's topic was deleted and created again meanwhile: the run
+                ends (what was read of the old topic is written) and ``run`` starts again.
+        """
         consumer = self._new_consumer()
         started = time.monotonic()
         meter = self._meter = _Meter(started)
@@ -301,7 +318,13 @@ class Archiver(Closing):
         writer = self._writer = BatchWriter(self._write, depth=WRITE_AHEAD, name="bolide-archive")
         self._queued = 0
         try:
-            positions = self._positions = self._offsets.committed(consumer)
+            recreated = self._identify()
+            positions = self._positions = self._offsets.committed(consumer, self._topics.ids)
+            # A commit of another topic (one a member made on the old topic after it was
+            # replaced) is no position in this one.
+            recreated |= self._offsets.foreign
+            if recreated:
+                positions.update(self._restart(consumer, recreated))
             target = self._offsets.ends() if until_caught_up else None
             self._set_stats(ArchiverStats(positions=dict(positions), retries=self._restarts))
             if target is not None and reached(positions, target):
@@ -345,10 +368,15 @@ class Archiver(Closing):
         while not self._stop.is_set():
             messages = consumer.consume(self.batch_size, timeout=0.2)
             self._last_poll_ms = int(time.time() * 1000)
+            suspects = self._suspects(messages, positions)
+            if suspects:
+                self._check_identity(consumer, writer, suspects)
             records = self._records(consumer, messages)
             if records:
                 self._hand_over(consumer, writer, records)
             self._finish(consumer, writer)
+            if time.monotonic() - self._topics.checked_at > _IDENTITY_CHECK_S:
+                self._check_identity(consumer, writer, set(self.streams))
             if not messages and not self._queued and time.monotonic() - last_refresh > 1.0:
                 # Idle, every record read is archived: step over offsets that hold no record
                 # (transaction markers), and learn the commits of other group members.
@@ -469,7 +497,8 @@ class Archiver(Closing):
             try:
                 if isinstance(self.store, ArchiveStore):
                     also = self._typed(records, rejected)
-                    return self.store.store_batches(records, also=also), rejected
+                    keys = {s: self._topics.keys[s] for s in records if s in self._topics.keys}
+                    return self.store.store_batches(records, also=also, stored_as=keys), rejected
                 return sum(self.store.store_all(s, recs) for s, recs in records.items()), rejected
             except StoreError as exc:
                 if not exc.retriable or halt.is_set():
@@ -479,6 +508,122 @@ class Archiver(Closing):
                 if halt.wait(delay):
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
+
+    # -- topic incarnations ----------------------------------------------------------------
+
+    def _identify(self) -> set[str]:
+        """Learn which topic each stream is now and record it in the store; returns the
+        streams whose topic is another than the one this archiver (or the store) archived
+        before: deleted and created again (reported once, each)."""
+        recreated: set[str] = set()
+        for name in self.streams:
+            identity = topic_identity(self.cluster, name) if self._topics.kept else None
+            if identity is None:  # no topic (yet), or no ids: the current incarnation's rows
+                self._topics.keys.pop(name, None)
+                self._topics.ids[name] = None
+                continue
+            assert isinstance(self.store, Incarnations)
+            current, retired = self.store.identify(name, identity)
+            before = self._topics.keys.get(name)
+            self._topics.keys[name], self._topics.ids[name] = current.stored_as, identity.topic_id
+            if retired is None and (before is None or before == current.stored_as):
+                continue
+            recreated.add(name)
+            self._repartition(name)
+            old = retired.topic_id if retired is not None else "?"
+            self._report_error(
+                f"{name!r} was deleted and created again (topic id {old} -> "
+                f"{identity.topic_id}): its new topic is archived apart, from offset 0",
+                TopicRecreatedError(
+                    "topic recreated", stream=name, old_topic_id=old, topic_id=identity.topic_id
+                ),
+            )
+        self._topics.checked_at = time.monotonic()
+        return recreated
+
+    def _suspects(self, messages: list[Message], positions: dict[TP, int]) -> set[str]:
+        """Streams whose topic may have changed: a record below the position archived (the
+        offsets went back), or the client's own word for it."""
+        found: set[str] = set()
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() in _TOPIC_CHANGED:
+                    found.add(str(msg.topic()))
+                continue
+            if (msg.offset() or 0) < positions.get((str(msg.topic()), msg.partition() or 0), 0):
+                found.add(str(msg.topic()))
+        return found & set(self.streams)
+
+    def _check_identity(
+        self,
+        consumer: Consumer,
+        writer: BatchWriter[Batch, tuple[int, Rejected]],
+        streams: set[str],
+    ) -> None:
+        """Ask Kafka which topic ``streams`` are; if one changed, write what was read of the
+        old topic and end the run (``_Recreated``), which starts again on the new one."""
+        self._topics.checked_at = time.monotonic()
+        try:
+            now = {name: _topic_id_of(self.cluster, name) for name in sorted(streams)}
+        except BrokerError as exc:  # asked again at the next check
+            log.warning("could not check which topics %s are: %s", sorted(streams), exc)
+            return
+        # A topic id met where none was (a topic that was missing) counts as a change too.
+        changed = [n for n, i in now.items() if i is not None and i != self._topics.ids.get(n)]
+        if not changed:
+            return
+        self._finish(consumer, writer, wait=True)
+        self._offsets.forget(changed)  # never commit the old topic's offsets on the new one
+        raise _Recreated(", ".join(changed))
+
+    def _restart(self, consumer: Consumer, recreated: set[str]) -> dict[TP, int]:
+        """Archive ``recreated`` streams from their new topic's start: a commit of the old
+        topic's offsets that landed after the recreation must not skip its first records."""
+        starts: dict[TP, int] = {}
+        for name in recreated:
+            parts = [p for topic, p in self._partitions if topic == name]
+            for p, start in log_starts(consumer, name, parts, cluster=self.cluster).items():
+                starts[(name, p)] = start
+        self._offsets.restart(consumer, starts)
+        return starts
+
+    def _repartition(self, name: str) -> None:
+        """A recreated topic may have another partition count: read what it has now."""
+        count = ensure_topic(self.cluster, self.streams[name])
+        self._partitions[:] = [tp for tp in self._partitions if tp[0] != name] + [
+            (name, p) for p in range(count)
+        ]
+
+    def _trimmable(self, wanted: dict[TP, int]) -> dict[TP, int]:
+        """Of the trims ``wanted`` (a capacity's), what may go: never past the archived
+        frontier of the topic incarnation being archived, and nothing of a stream whose topic
+        is no longer the one archived (checked just before the delete). Housekeeping: when
+        Kafka or the database does not answer, nothing goes (the next batch asks again)."""
+        try:
+            return self._within_archive(wanted)
+        except (BrokerError, StoreError) as exc:
+            log.warning("trim skipped: %s", exc)
+            return {}
+
+    def _within_archive(self, wanted: dict[TP, int]) -> dict[TP, int]:
+        allowed: dict[TP, int] = {}
+        moved = {
+            name
+            for name in {name for name, _ in wanted}
+            if self._topics.ids.get(name) is not None
+            and _topic_id_of(self.cluster, name) != self._topics.ids[name]
+        }
+        for (name, p), cut in wanted.items():
+            if name in moved:
+                continue
+            key = self._topics.keys.get(name)
+            which = {} if key is None else {"stored_as": key}
+            largest = self.store.largest_offset(name, p, **which)
+            frontier = -1 if largest is None else largest
+            if min(cut, frontier + 1) > 0:
+                allowed[(name, p)] = min(cut, frontier + 1)
+        return allowed
 
     def _count(self, **more: int) -> None:
         """Add to the counters of ``stats`` (the loop and the writer thread both count)."""
@@ -502,7 +647,8 @@ class Archiver(Closing):
 
         def write(conn: Any) -> None:
             for stream, recs in typed.items():
-                write_typed(conn, stream, recs, self.serdes[stream], on_reject=reject)
+                serde, key = self.serdes[stream], self._topics.keys.get(stream)
+                write_typed(conn, stream, recs, serde, on_reject=reject, stored_as=key)
 
         return write
 
@@ -559,6 +705,38 @@ class Archiver(Closing):
 
     def __repr__(self) -> str:
         return f"Archiver(streams={sorted(self.streams)!r}, group={self.group!r}, {self.store!r})"
+
+
+#: Seconds between checks, while idle, that each stream is still the topic archived.
+_IDENTITY_CHECK_S = 5.0
+#: The consumer's word that a topic it reads is not the one it was (KIP-516).
+_TOPIC_CHANGED = {
+    getattr(KafkaError, name)
+    for name in ("UNKNOWN_TOPIC_ID", "INCONSISTENT_TOPIC_ID")
+    if hasattr(KafkaError, name)
+}
+
+
+class _Topics:
+    """The topic incarnation each stream is archived into (``bolide.stores.incarnations``):
+    its rows' key, the topic id met (``None``: a broker that reports no ids) and when it was
+    last asked. Changed only while the writer holds no batch, so a batch is written under the
+    key it was read with."""
+
+    def __init__(self, kept: bool) -> None:
+        self.kept = kept  # the store keeps incarnations (else rows by stream name only)
+        self.keys: dict[str, str] = {}
+        self.ids: dict[str, str | None] = {}
+        self.checked_at = 0.0
+
+
+class _Recreated(Exception):
+    """A stream's topic was deleted and created again during a run."""
+
+
+def _topic_id_of(cluster: Cluster, name: str) -> str | None:
+    identity = topic_identity(cluster, name)
+    return None if identity is None else identity.topic_id
 
 
 class _Meter:

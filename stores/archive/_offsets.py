@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -27,11 +28,21 @@ class ArchiveOffsets:
     """The committed offsets of one archiver's group, over its streams' ``partitions``."""
 
     def __init__(
-        self, cluster: Cluster, streams: dict[str, StreamConfig], partitions: list[TP]
+        self,
+        cluster: Cluster,
+        streams: dict[str, StreamConfig],
+        partitions: list[TP],
+        trimmable: Callable[[dict[TP, int]], dict[TP, int]],
     ) -> None:
         self._cluster = cluster
         self._streams = streams
         self._partitions = partitions
+        # What of the trims a capacity wants may go (the archive's frontier, the topic's id).
+        self._trimmable = trimmable
+        # The topic id of each stream as archived: every commit names it in its metadata.
+        self._topic_ids: Mapping[str, str | None] = {}
+        #: Streams whose committed offsets were made on another topic (``committed``).
+        self.foreign: set[str] = set()
         #: Per topic, for the current consumer (``Cluster.fetch_gap_settle_ms``).
         self.gaps: dict[str, FetchGaps] = {}
         self._trimmed: dict[TP, int] = {}
@@ -48,9 +59,23 @@ class ArchiveOffsets:
     def archived(self, consumer: Consumer, nexts: dict[TP, int]) -> None:
         """A batch is in the database: commit its offsets asynchronously (a crash before they
         land re-reads rows that are already stored, and inserts are idempotent), then trim."""
-        consumer.commit(offsets=_topic_partitions(nexts))
+        consumer.commit(offsets=self._topic_partitions(nexts))
         self._unsettled.update(nexts)
         self._trim(consumer, nexts)
+
+    def forget(self, streams: list[str]) -> None:
+        """``streams``' topics were replaced: nothing of the old ones is committed or kept."""
+        gone = set(streams)
+        for table in (self._unsettled, self._trimmed):
+            for tp in [tp for tp in table if tp[0] in gone]:
+                del table[tp]
+
+    def restart(self, consumer: Consumer, starts: dict[TP, int]) -> None:
+        """Commit ``starts`` (a recreated topic's log starts), so that the group reads the new
+        topic from there whatever the old one's members committed last."""
+        self.forget(sorted({t for t, _ in starts}))
+        if starts:
+            self._commit(consumer, starts)
 
     def settle(self, consumer: Consumer) -> None:
         """Commit the latest archived offsets synchronously (on catching up and on stop)."""
@@ -79,13 +104,18 @@ class ArchiveOffsets:
         }
         return self._commit(consumer, ahead) if ahead else {}
 
+    def _topic_partitions(self, offsets: dict[TP, int]) -> list[TopicPartition]:
+        """``offsets`` to commit, each naming its topic's id in its metadata."""
+        ids = self._topic_ids
+        return [TopicPartition(t, p, o, metadata=ids.get(t) or "") for (t, p), o in offsets.items()]
+
     def _checking(self, topic: str, partition: int) -> bool:
         gaps = self.gaps.get(topic)
         return gaps is not None and gaps.checking(partition)
 
     def _commit(self, consumer: Consumer, nexts: dict[TP, int]) -> dict[TP, int]:
         """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
-        offsets = _topic_partitions(nexts)
+        offsets = self._topic_partitions(nexts)
         for attempt in range(3):
             try:
                 result = consumer.commit(offsets=offsets, asynchronous=False) or []
@@ -118,10 +148,18 @@ class ArchiveOffsets:
             slack = max(1, capacity // 10)
             if cut - self._trimmed.get((topic, p), 0) >= slack:
                 before[(topic, p)] = cut
-        self._trimmed.update(trim(self._cluster, before))
+        if before:
+            self._trimmed.update(trim(self._cluster, self._trimmable(before)))
 
-    def committed(self, consumer: Consumer, timeout_s: float = 10.0) -> dict[TP, int]:
-        """The group's committed offsets; the log start where nothing is committed.
+    def committed(
+        self,
+        consumer: Consumer,
+        topic_ids: Mapping[str, str | None] | None = None,
+        timeout_s: float = 10.0,
+    ) -> dict[TP, int]:
+        """The group's committed offsets; the log start where nothing is committed. With
+        ``topic_ids`` (the topics as they are now), a commit made on another topic of the same
+        name (its metadata names the topic id) counts as none, its stream in ``foreign``.
 
         Raises:
             BrokerError: The group's coordinator did not answer (retriable).
@@ -129,6 +167,8 @@ class ArchiveOffsets:
         asked = [TopicPartition(t, p) for t, p in self._partitions]
         out: dict[TP, int] = {}
         missing: dict[str, list[int]] = {}
+        if topic_ids is not None:
+            self._topic_ids, self.foreign = topic_ids, set()
         try:
             found = committed_offsets(consumer, asked, timeout_s)
         except KafkaException as exc:
@@ -138,7 +178,10 @@ class ArchiveOffsets:
                 retriable=True,
             ) from exc
         for tp in found:
-            if tp.offset is not None and tp.offset >= 0:
+            if tp.metadata and tp.metadata != self._topic_ids.get(tp.topic, tp.metadata):
+                self.foreign.add(tp.topic)
+                missing.setdefault(tp.topic, []).append(tp.partition)
+            elif tp.offset is not None and tp.offset >= 0:
                 out[(tp.topic, tp.partition)] = int(tp.offset)
             else:
                 missing.setdefault(tp.topic, []).append(tp.partition)
@@ -168,10 +211,6 @@ class ArchiveOffsets:
             for p, end in log_ends(self._cluster, name, parts).items():
                 ends[(name, p)] = end
         return ends
-
-
-def _topic_partitions(offsets: dict[TP, int]) -> list[TopicPartition]:
-    return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
 
 
 def log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:

@@ -177,12 +177,12 @@ def write_typed(
     serde: TypedSerde,
     *,
     on_reject: RejectHandler | None = None,
+    stored_as: str | None = None,
 ) -> int:
-    """Write the decoded fields of ``records`` into the stream's typed table.
-
-    Runs inside the caller's transaction (the archiver's), beside the raw archive. Records
-    that do not decode, and rows the database refuses (each in a savepoint, so the caller's
-    transaction survives), are skipped with a warning: the raw archive keeps them.
+    """Write the decoded fields of ``records`` into the stream's typed table, inside the
+    caller's transaction (the archiver's), beside the raw archive. Records that do not decode,
+    and rows the database refuses (each in a savepoint, so the caller's transaction survives),
+    are skipped with a warning: the raw archive keeps them.
 
     Args:
         connection: A connection in a transaction; DDL and rows commit or roll back with it.
@@ -190,6 +190,8 @@ def write_typed(
         records: Records with ``partition`` and ``offset`` set.
         serde: The stream's serde (an ``AvroSerde``).
         on_reject: Told of the records whose rows the database refused (default: a warning).
+        stored_as: The topic incarnation's key (``bolide.stores.incarnations``: a recreated
+            topic's table is its own); by default the stream's name.
 
     Returns:
         How many rows were inserted (rows already present are skipped).
@@ -204,7 +206,7 @@ def write_typed(
         return 0
 
     reject = on_reject if on_reject is not None else _warn
-    table_name = typed_table_name(stream)
+    table_name = typed_table_name(stored_as or stream)
     pairs = {(f.name, f.kind) for _, _, fields in rows.values() for f in fields}
     dialect_of(connection).begin(connection)  # savepoints nest inside it
     try:

@@ -55,17 +55,17 @@ def purged(conn: Connection, stream: str) -> Marks:
     return marks
 
 
-def _marked_records(stream: str) -> sa.ColumnElement[bool]:
-    """Archived records of ``stream`` that a purge mark names (``_books``' rule for a
-    letter only the archive holds)."""
+def _marked_records(stream: str, key: str) -> sa.ColumnElement[bool]:
+    """Archived records of ``stream`` (its topic incarnation stored as ``key``) that a purge
+    mark names (``_books``' rule for a letter only the archive holds)."""
     p, r = PURGES.c, RECORDS.c
     legacy = sa.and_(
         p.topic_id == UNKNOWN_TOPIC, p.timestamp_ms.is_(None), r.timestamp_ms <= p.purged_ms
     )
     return sa.and_(
-        r.stream == stream,
+        r.stream == key,
         sa.exists().where(
-            p.stream == r.stream,
+            p.stream == stream,
             p.kafka_partition == r.kafka_partition,
             p.kafka_offset == r.kafka_offset,
             sa.or_(p.timestamp_ms == r.timestamp_ms, legacy),
@@ -90,19 +90,20 @@ def mark_and_delete(store: SqlStore, stream: str, chosen: list[tuple[int, int, L
     ]
     p, h, r = PURGES.c, HEADERS.c, RECORDS.c
     keys = [p.stream, p.topic_id, p.kafka_partition, p.kafka_offset]
+    key = store.stored_as(stream)  # the archive of the topic as it is now
     headers = sa.exists().where(
         r.stream == h.stream,
         r.kafka_partition == h.kafka_partition,
         r.kafka_offset == h.kafka_offset,
-        _marked_records(stream),
+        _marked_records(stream, key),
     )
 
     def write() -> None:
         with store.engine.begin() as conn:
             if rows:
                 conn.execute(store.sql_dialect.insert_ignoring(PURGES, keys), rows)
-            conn.execute(sa.delete(HEADERS).where(h.stream == stream, headers))
-            conn.execute(sa.delete(RECORDS).where(_marked_records(stream)))
+            conn.execute(sa.delete(HEADERS).where(h.stream == key, headers))
+            conn.execute(sa.delete(RECORDS).where(_marked_records(stream, key)))
 
     store.guarded("purge", write, stream=stream)
 

@@ -20,12 +20,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
-from bolide.facade.kafka import admin_client, log_ends, log_starts, partition_count, probe_consumer
+from bolide.facade.kafka import (
+    admin_client,
+    log_ends,
+    log_starts,
+    partition_count,
+    probe_consumer,
+    topic_id,
+)
 from bolide.facade.record import Record, record_from_message
 from bolide.stores.deadletters._books import Letter
 from bolide.stores.schema import RECORDS
@@ -44,9 +51,6 @@ __all__ = [
 
 _PAGE = 1_000
 _READ_TIMEOUT_S = 30.0
-_ADMIN_TIMEOUT_S = 30.0
-#: What a broker that keeps no topic ids reports: the all-zero UUID, base64.
-_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 @dataclass
@@ -101,30 +105,6 @@ def kafka_bounds(cluster: Cluster, consumer: Consumer, topic: str) -> dict[int, 
     starts = log_starts(consumer, topic, parts, cluster=cluster)
     ends = log_ends(cluster, topic, parts, consumer=consumer)
     return {p: (starts[p], max(starts[p], ends[p])) for p in parts}
-
-
-def topic_id(cluster: Cluster, topic: str) -> str | None:
-    """The Kafka topic id of ``topic`` (``describe_topics``); ``None`` when the topic does not
-    exist or the broker reports no ids.
-
-    Raises:
-        BrokerError: The cluster did not answer.
-    """
-    admin = admin_client(cluster)  # kept while the answer is awaited: it owns the request
-    future = admin.describe_topics(TopicCollection([topic]))[topic]
-    try:
-        described = future.result(timeout=_ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return None
-        raise BrokerError(
-            f"cannot describe {topic!r} at {cluster.bootstrap_servers}: {error.str()}",
-            stream=topic,
-            retriable=error.retriable(),
-        ) from None
-    found = None if described.topic_id is None else str(described.topic_id)
-    return None if found in (None, _NO_TOPIC_ID) else found
 
 
 def read_stream(cluster: Cluster, store: SqlStore, stream: str) -> StreamRead:
@@ -214,7 +194,7 @@ def archived_stamps(
     of the row at each."""
     r = RECORDS.c
     query = sa.select(r.kafka_offset, r.timestamp_ms).where(
-        r.stream == stream,
+        r.stream == store.stored_as(stream),  # the topic as it is now
         r.kafka_partition == partition,
         r.kafka_offset >= lo,
         r.kafka_offset < hi,

@@ -22,6 +22,7 @@ from bolide.stores.schema._outbox import (
 )
 from bolide.stores.schema._positions import POSITIONS
 from bolide.stores.schema._registry import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
+from bolide.stores.schema._topics import TOPICS
 from bolide.stores.schema._typed import (
     MAX_IDENT,
     TYPED_TABLE_PREFIX,
@@ -43,6 +44,7 @@ __all__ = [
     "SCHEMAS",
     "SCHEMA_SUBJECTS",
     "SCHEMA_VERSIONS",
+    "TOPICS",
     "TYPED_TABLE_PREFIX",
     "UNKNOWN_TOPIC",
     "VERSION_TABLE",

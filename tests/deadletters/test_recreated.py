@@ -115,24 +115,25 @@ def test_archived_dead_letters_of_either_topic_keep_their_own_books(
     # The archive still holds the previous topic's 3-5: not the new dead letters there.
     assert [d.archived for d in workbench.list(stream=dead.name)] == [False] * 6
     with Archiver(cluster, store, [dead], group=f"arch-new-{dead.name}") as archiver:
-        archiver.run(until_caught_up=True)  # 0-2 archived; 3-5 taken by the old rows
-    assert [d.archived for d in workbench.list(stream=dead.name)] == [True] * 3 + [False] * 3
+        archiver.run(until_caught_up=True)  # the new topic's own history: 0-5
+    assert [d.archived for d in workbench.list(stream=dead.name)] == [True] * 6
     # 0-2 leave Kafka: the archive alone holds them, and the old purge marks there are not
-    # theirs; old rows at 3-5 stay behind the Kafka records.
+    # theirs; the old topic's rows stay under their own key.
     trimmed = cluster_with_starts({dead.name: {0: 3}})
     workbench = DeadLetters(store, trimmed)
     listed = workbench.list(stream=dead.name)
     assert [(d.offset, d.value, d.archived) for d in listed] == [
-        (i, b"new %d" % i, i < 3) for i in range(6)
+        (i, b"new %d" % i, True) for i in range(6)
     ]
     assert workbench.replay(stream=dead.name, where="kafka_offset < 3") == 3
     assert [d.replayed_to for d in workbench.list(stream=dead.name)] == [(source.name,)] * 3 + [
         ()
     ] * 3
-    # Purging a new dead letter leaves the previous topic's archived row at its place.
+    # Purging a new dead letter deletes its archived row, never the previous topic's there.
     assert workbench.purge(stream=dead.name, where="kafka_offset = 4") == 1
-    kept = store.load(dead.name, 0, 4)
-    assert kept is not None and kept.data == b"old 4"
+    assert store.load(dead.name, 0, 4) is None
+    kept = store.read(dead.name, 0, 4, 1, stored_as=dead.name)
+    assert [r.data for r in kept] == [b"old 4"]
     assert [d.offset for d in workbench.list(stream=dead.name)] == [0, 1, 2, 3, 5]
 
 

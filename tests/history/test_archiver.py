@@ -140,13 +140,13 @@ def test_offsets_wait_for_the_batch_being_written(
 
     class GatedStore(SqlStore):
         def store_batches(
-            self, batches: Mapping[str, Sequence[Record]], *, also: Any = None
+            self, batches: Mapping[str, Sequence[Record]], *, also: Any = None, **keys: Any
         ) -> int:
             calls.append(1)
             if len(calls) == 2:  # hold the second batch's transaction open
                 entered.set()
                 release.wait(60)
-            return super().store_batches(batches, also=also)
+            return super().store_batches(batches, also=also, **keys)
 
     store = GatedStore(f"sqlite:///{tmp_path}/gated.db")
     store.upgrade()

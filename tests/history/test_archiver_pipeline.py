@@ -28,12 +28,14 @@ class GatedStore(SqlStore):
         self.entered, self.release = threading.Event(), threading.Event()
         self.calls = 0
 
-    def store_batches(self, batches: Mapping[str, Sequence[Record]], *, also: Any = None) -> int:
+    def store_batches(
+        self, batches: Mapping[str, Sequence[Record]], *, also: Any = None, **keys: Any
+    ) -> int:
         self.calls += 1
         if self.calls == 1:
             self.entered.set()
             self.release.wait(60)
-        return super().store_batches(batches, also=also)
+        return super().store_batches(batches, also=also, **keys)
 
 
 @pytest.fixture
@@ -133,11 +135,13 @@ class RefusingStore(SqlStore):
 
     calls = 0
 
-    def store_batches(self, batches: Mapping[str, Sequence[Record]], *, also: Any = None) -> int:
+    def store_batches(
+        self, batches: Mapping[str, Sequence[Record]], *, also: Any = None, **keys: Any
+    ) -> int:
         self.calls += 1
         if self.calls == 2:
             raise StoreError("the database refused the batch", retriable=False)
-        return super().store_batches(batches, also=also)
+        return super().store_batches(batches, also=also, **keys)
 
 
 def test_a_write_error_on_the_writer_thread_stops_the_run_with_it(
