@@ -40,6 +40,7 @@ KNOWN = (
     "facade",
     "meteor",
     "store",
+    "confluent",
     "spark",
     "spark_cluster",
     "load",

@@ -74,6 +74,11 @@ class HistoryCursor:
         """The partitions reading from the store now."""
         return sorted(self._spans)
 
+    def span(self, partition: int) -> tuple[int, int] | None:
+        """``(next offset, stop)`` of ``partition``'s read, if it is reading."""
+        found = self._spans.get(partition)
+        return None if found is None else (found.next_offset, found.stop)
+
     def active(self, partition: int) -> bool:
         """True while ``partition`` still reads from the store."""
         return partition in self._spans

@@ -265,7 +265,10 @@ class SqlStore(Closing):
         of the one ``stored_as`` names), or ``None`` when nothing is stored."""
         return self._edge(sa.func.min, stream, partition, stored_as)
 
-    def _edge(self, fn: Any, stream: str, partition: int, stored_as: str | None) -> int | None:
+    def _edge(
+        self, fn: Any, stream: str, partition: int, stored_as: str | None, *where: Any
+    ) -> int | None:
+        """``fn`` (min or max) of the stored offsets of ``partition`` meeting ``where``."""
         _check_stream(stream)
         check_int("partition", partition)
         self.check_schema_once()
@@ -275,7 +278,7 @@ class SqlStore(Closing):
             with self.engine.connect() as conn:
                 key = stored_as or incarnations.stored_as(conn, stream)
                 query = sa.select(fn(r.kafka_offset)).where(
-                    r.stream == key, r.kafka_partition == partition
+                    r.stream == key, r.kafka_partition == partition, *where
                 )
                 value = conn.execute(query).scalar()
             return None if value is None else int(value)
@@ -295,22 +298,11 @@ class SqlStore(Closing):
         timestamp is at or after ``timestamp_ms`` (Kafka's ``offsets_for_times`` over the
         archive), of the current topic incarnation or the one ``stored_as`` names; ``None``
         when there is none."""
-        _check_stream(stream)
-        check_int("partition", partition)
-        self.check_schema_once()
         r = RECORDS.c
-
-        def fetch() -> int | None:
-            with self.engine.connect() as conn:
-                key = stored_as or incarnations.stored_as(conn, stream)
-                where = [r.stream == key, r.kafka_partition == partition]
-                where.append(r.timestamp_ms >= timestamp_ms)
-                if before is not None:
-                    where.append(r.kafka_offset < before)
-                value = conn.execute(sa.select(sa.func.min(r.kafka_offset)).where(*where)).scalar()
-            return None if value is None else int(value)
-
-        return self.guarded("offset lookup", fetch, stream=stream, partition=partition)
+        where = [r.timestamp_ms >= timestamp_ms]
+        if before is not None:
+            where.append(r.kafka_offset < before)
+        return self._edge(sa.func.min, stream, partition, stored_as, *where)
 
     def partitions(self, stream: str, *, stored_as: str | None = None) -> list[int]:
         """The partitions of ``stream`` (its current topic incarnation, or the one
