@@ -11,7 +11,9 @@ never handed out.
 
 from __future__ import annotations
 
-from collections import deque
+import logging
+import time
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ from confluent_kafka import (
     OFFSET_INVALID,
     OFFSET_STORED,
     TIMESTAMP_CREATE_TIME,
+    KafkaError,
     KafkaException,
     Message,
     TopicPartition,
@@ -28,7 +31,7 @@ from confluent_kafka import (
 
 from bolide.facade.cluster import Cluster
 from bolide.facade.config import StreamConfig
-from bolide.facade.errors import ClusterMismatchError
+from bolide.facade.errors import BolideError, ClusterMismatchError
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import topic_identity
 from bolide.facade.record import Record
@@ -36,10 +39,25 @@ from bolide.stores import SqlStore
 
 __all__ = ["HISTORY", "Consumer", "DeserializingConsumer"]
 
+log = logging.getLogger("bolide.confluent")
+
 #: The one bolide setting: the SQLAlchemy URL of the history store.
 HISTORY = "bolide.history"
 #: The settings of a consumer that its admin requests (topic ids) need too.
-_CONNECTION = ("security.", "sasl.", "ssl.", "socket.", "broker.", "oauth")
+_CONNECTION = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "socket.",
+    "broker.",
+    "oauth",
+    "enable.ssl.",
+    "client.dns.",
+)
+#: librdkafka's commit (its typing overloads on literal arguments that are passed through here).
+_RAW_COMMIT: Any = confluent_kafka.Consumer.commit
+#: How often, while archived records are handed out, librdkafka is served (seconds).
+_SERVE_S = 0.1
 _PAGE = 500
 _TIMEOUT_S = 30.0
 
@@ -78,25 +96,17 @@ class Consumer(confluent_kafka.Consumer):
             except BaseException:
                 super().close()  # refused: no consumer is left behind
                 raise
-        cls = type(self)
-        # Where this class's poll and consume are the splice's own (a subclass may wrap them,
-        # as DeserializingConsumer does), they go straight to librdkafka while no archived
-        # record waits: the consumer then costs what confluent-kafka's does.
-        self._direct = cls.poll is Consumer.poll and cls.consume is Consumer.consume
         self._sync()
 
     def _sync(self) -> None:
-        """Point ``poll`` and ``consume`` at librdkafka's own while no archived record waits
-        (the instance's attributes shadow the methods), at the splice while one does."""
-        if not self._direct:
+        """While no archived record waits, the consumer is a ``_Direct``: ``poll`` and
+        ``consume`` are librdkafka's own, and it costs what confluent-kafka's does; while one
+        waits, a ``Consumer``, whose ``poll`` and ``consume`` hand it out. A subclass (such as
+        ``DeserializingConsumer``, which wraps ``poll``) keeps its class."""
+        if type(self) not in (Consumer, _Direct):
             return
         history = self._history
-        if history is not None and history.busy:
-            self.__dict__.pop("poll", None)
-            self.__dict__.pop("consume", None)
-        else:
-            self.__dict__["poll"] = confluent_kafka.Consumer.poll.__get__(self)
-            self.__dict__["consume"] = confluent_kafka.Consumer.consume.__get__(self)
+        self.__class__ = Consumer if history is not None and history.busy else _Direct
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -110,7 +120,7 @@ class Consumer(confluent_kafka.Consumer):
                 self._sync()
             if found:
                 return found[0]
-        return super().poll(-1 if timeout is None else timeout)
+        return confluent_kafka.Consumer.poll(self, -1 if timeout is None else timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """``Consumer.consume``: archived records first, while partitions read below Kafka's
@@ -122,7 +132,9 @@ class Consumer(confluent_kafka.Consumer):
                 self._sync()
             if found:
                 return found
-        return super().consume(num_messages, -1 if timeout is None else timeout)
+        return confluent_kafka.Consumer.consume(
+            self, num_messages, -1 if timeout is None else timeout
+        )
 
     # -- assignment ------------------------------------------------------------------------
 
@@ -144,7 +156,8 @@ class Consumer(confluent_kafka.Consumer):
             topics,
             on_assign=history.on_assign(on_assign),
             on_revoke=history.on_revoke(on_revoke),
-            on_lost=history.on_revoke(on_lost),
+            # confluent-kafka calls on_revoke for lost partitions when no on_lost is given
+            on_lost=history.on_revoke(on_lost if on_lost is not None else on_revoke),
         )
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -213,6 +226,31 @@ class Consumer(confluent_kafka.Consumer):
         if kafka:
             super().resume(kafka)
 
+    def commit(
+        self,
+        *,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> Any:
+        """``Consumer.commit``; a bare ``commit()`` commits the positions after the archived
+        records handed out too (as it commits those librdkafka stored for its own)."""
+        history = self._history
+        if message is not None or offsets is not None or history is None:
+            kwargs: dict[str, Any] = {"asynchronous": asynchronous}
+            if message is not None:
+                kwargs["message"] = message
+            if offsets is not None:
+                kwargs["offsets"] = offsets
+            return _RAW_COMMIT(self, **kwargs)
+        archived = history.commit_handed(None, asynchronous=asynchronous)
+        try:
+            return _RAW_COMMIT(self, asynchronous=asynchronous)
+        except KafkaException as exc:
+            if archived and exc.args[0].code() == KafkaError._NO_OFFSET:
+                return None  # only archived records were handed out since the last commit
+            raise
+
     def offsets_for_times(
         self, partitions: list[TopicPartition], timeout: float | None = None
     ) -> list[TopicPartition]:
@@ -240,12 +278,23 @@ class Consumer(confluent_kafka.Consumer):
         return (low if first is None else min(low, first), high)
 
     def close(self) -> None:
-        """``Consumer.close``; the history store's connections go too."""
+        """``Consumer.close``; the archive's reads and the history store's connections go
+        too."""
+        history = self._history
         try:
-            super().close()
+            if history is not None:
+                if history.auto_commit:  # as librdkafka commits its own on close
+                    history.commit_handed(None, asynchronous=False)
+                history.drop(None)
+                self._sync()
+            confluent_kafka.Consumer.close(self)
         finally:
-            if self._history is not None:
-                self._history.close()
+            if history is not None:
+                history.close()
+
+    def __exit__(self, *exc: object) -> None:
+        """``with Consumer(...)`` closes it, the history store's connections included."""
+        self.close()
 
     # -- what _History calls -----------------------------------------------------------------
 
@@ -266,6 +315,17 @@ class Consumer(confluent_kafka.Consumer):
             confluent_kafka.Consumer.resume(self, partitions)
 
 
+class _Direct(Consumer):
+    """A ``Consumer`` while no archived record waits: librdkafka's ``poll`` and ``consume``
+    themselves (``Consumer._sync`` switches between the two)."""
+
+    poll = confluent_kafka.Consumer.poll  # type: ignore[assignment]
+    consume = confluent_kafka.Consumer.consume  # type: ignore[assignment]
+
+
+_Direct.__name__ = _Direct.__qualname__ = "Consumer"
+
+
 class DeserializingConsumer(confluent_kafka.DeserializingConsumer, Consumer):  # type: ignore[misc]
     """``confluent_kafka.DeserializingConsumer`` that hands out archived records below Kafka's
     log start too, its key and value deserializers run on them as on Kafka's."""
@@ -283,10 +343,18 @@ class _History:
         try:
             self._store.check_schema()
             self._check_cluster()
+            self._cluster = _cluster(settings)
         except BaseException:
             self._store.close()
             raise
-        self._cluster = _cluster(settings)
+        # Archived records handed out count as librdkafka counts its own: with the offset
+        # store automatic, their positions are committed by a bare commit(), by auto-commit
+        # (every auto.commit.interval.ms), on a revoke and on close.
+        self._auto_store = _true(settings.get("enable.auto.offset.store", True))
+        self._auto_commit = _true(settings.get("enable.auto.commit", True))
+        self._commit_every_s = float(settings.get("auto.commit.interval.ms", 5000)) / 1000
+        self._committed_at = time.monotonic()
+        self._handed: dict[TP, int] = {}  # position after the last archived record handed out
         self._reset = str(settings.get("auto.offset.reset", "largest")).lower()
         strategy = str(settings.get("partition.assignment.strategy", ""))
         protocol = str(settings.get("group.protocol", "classic")).lower()
@@ -294,6 +362,10 @@ class _History:
         self._incremental = protocol == "consumer" or "cooperative" in strategy
         self._cursors: dict[str, HistoryCursor] = {}
         self._ready: deque[Message] = deque()  # read from the archive, not handed out yet
+        self._queued: Counter[TP] = Counter()  # of those, per partition
+        self._done: set[TP] = set()  # archive reads over: Kafka takes over once none is queued
+        self._kafka: deque[Message] = deque()  # Kafka's, fetched while serving callbacks
+        self._served = time.monotonic()
         self._stops: dict[TP, int] = {}  # where Kafka takes over (its log start)
         self._user_paused: set[TP] = set()
         self._parked: dict[TP, tuple[int, int]] = {}  # archive reads the application paused
@@ -325,9 +397,19 @@ class _History:
         self._store.close()
 
     @property
+    def auto_commit(self) -> bool:
+        """``enable.auto.commit`` with the offset store automatic."""
+        return self._auto_commit and self._auto_store
+
+    @property
     def busy(self) -> bool:
-        """Some partition has archived records to hand out."""
-        return bool(self._ready) or any(c.reading() for c in self._cursors.values())
+        """Some partition has archived records to hand out (or Kafka's wait, fetched while
+        they were)."""
+        return (
+            bool(self._ready)
+            or bool(self._kafka)
+            or any(c.reading() for c in self._cursors.values())
+        )
 
     # -- what is read ----------------------------------------------------------------------
 
@@ -341,33 +423,106 @@ class _History:
         return cursor
 
     def _identify(self, cursor: HistoryCursor) -> None:
-        """The cursor reads the archive of the topic as it is now, never an older one's."""
-        identity = topic_identity(self._cluster, cursor.stream.name)
-        if identity is not None:
-            cursor.identify(identity)
+        """The cursor reads the archive of the topic as it is now, never an older one's.
+        Kafka or the store not answering (or a store this user may only read) leaves it on
+        the incarnation it knew: reported, never raised into a rebalance."""
+        try:
+            identity = topic_identity(self._cluster, cursor.stream.name)
+            if identity is not None:
+                cursor.identify(identity)
+        except BolideError as exc:
+            log.warning("which topic %s is could not be recorded: %s", cursor.stream.name, exc)
 
     def take(self, limit: int) -> list[Message]:
-        """Up to ``limit`` archived records, each partition's in offset order."""
+        """Up to ``limit`` records: Kafka's fetched meanwhile (other partitions'), else the
+        archive's, each partition's in offset order. About every 100 ms librdkafka is served
+        (rebalances, errors, ``max.poll.interval.ms``) and what it fetched kept for the next
+        call; a partition whose archive read is over resumes in Kafka once none of its
+        records is left to hand out."""
+        if time.monotonic() - self._served > _SERVE_S:
+            self._serve()
+        if self._kafka:
+            kafka = self._kafka
+            return [kafka.popleft() for _ in range(min(limit, len(kafka)))]
         ready = self._ready
         if not ready:
             self._fill()
-        return [ready.popleft() for _ in range(min(limit, len(ready)))]
+        out = [ready.popleft() for _ in range(min(limit, len(ready)))]
+        for m in out:
+            self._queued[(str(m.topic()), int(m.partition() or 0))] -= 1
+        self._note_offsets(out)
+        if self._done:
+            self._hand_over([w for w in self._done if self._queued[w] <= 0])
+        return out
+
+    def _serve(self) -> None:
+        """Serve librdkafka's callbacks; keep what it fetched of the partitions Kafka reads."""
+        self._served = time.monotonic()
+        self._kafka.extend(confluent_kafka.Consumer.consume(self._consumer, _PAGE, 0))
+
+    def _note_offsets(self, handed: list[Message]) -> None:
+        """Note the positions after ``handed`` (librdkafka's automatic offset store does the
+        same for its own records); auto-commit commits them every interval."""
+        if not handed or not self._auto_store:
+            return
+        for m in handed:
+            self._handed[(str(m.topic()), int(m.partition() or 0))] = int(m.offset() or 0) + 1
+        if self._auto_commit and time.monotonic() - self._committed_at > self._commit_every_s:
+            self.commit_handed(None, asynchronous=True)
+
+    def commit_handed(self, partitions: Iterable[TP] | None, *, asynchronous: bool) -> bool:
+        """Commit the positions after the archived records handed out (of ``partitions``);
+        whether there were any. A commit refused is reported, as librdkafka's own are
+        (the records are read again)."""
+        self._committed_at = time.monotonic()
+        wanted = self._handed if partitions is None else {
+            w: self._handed[w] for w in partitions if w in self._handed
+        }  # fmt: skip
+        if not wanted:
+            return False
+        offsets = [TopicPartition(t, p, o) for (t, p), o in wanted.items()]
+        for where in list(wanted):
+            self._handed.pop(where, None)
+        try:
+            _RAW_COMMIT(self._consumer, offsets=offsets, asynchronous=asynchronous)
+        except KafkaException as exc:
+            log.warning("committing the archived records handed out failed: %s", exc)
+        return True
 
     def _fill(self) -> None:
-        """Read the next page of each topic's partitions reading from the archive. A
-        partition whose archive read is over resumes in Kafka at once, so that its fetch
-        runs while its last records are handed out: Kafka's records only come once none of
-        the archive's is left (``poll`` and ``consume`` hand those out first)."""
+        """Read the next page of each topic's partitions reading from the archive."""
         for topic, cursor in self._cursors.items():
             if not cursor.reading():
                 continue
-            self._ready.extend(_message(topic, r) for r in cursor.read(_PAGE))
-            finished = [(topic, p) for p in cursor.finished()]
-            for where in finished:
-                self._stops.pop(where, None)
-            self._consumer._kafka_resume(
-                [TopicPartition(*w) for w in finished if w not in self._user_paused]
-            )
+            for record in cursor.read(_PAGE):
+                self._ready.append(_message(topic, record))
+                self._queued[(topic, int(record.partition or 0))] += 1
+            self._done.update((topic, p) for p in cursor.finished())
+            for p, first, stop in cursor.gaps():
+                log.warning("%s[%d]: offsets %d..%d are in neither the archive nor Kafka",
+                            topic, p, first, stop - 1)  # fmt: skip
+
+    def _hand_over(self, finished: list[TP]) -> None:
+        """Kafka takes over ``finished`` partitions: where its log start moved on during the
+        archive read, the archive is read on up to it first (else Kafka is moved there, not
+        left to ``auto.offset.reset``)."""
+        for where in finished:
+            self._done.discard(where)
+            stop = self._stops.pop(where, None)
+            tp = TopicPartition(*where)
+            try:
+                low = self._low(tp)
+                if stop is not None and low > stop:
+                    cursor = self._cursor(where[0])
+                    self._consumer._kafka_seek(TopicPartition(where[0], where[1], low))
+                    if cursor.covers(where[1], stop, low):
+                        cursor.open(where[1], stop, low)
+                        self._stops[where] = low
+                        continue
+            except (KafkaException, BolideError) as exc:
+                log.warning("%s[%d]: Kafka takes over where it stands: %s", *where, exc)
+            if where not in self._user_paused:
+                self._consumer._kafka_resume([tp])
 
     def first(self, topic: str, partition: int) -> int | None:
         """The archive's first offset of ``partition``."""
@@ -379,6 +534,8 @@ class _History:
         ready = [m for m in self._ready if (m.topic(), m.partition()) == where]
         if ready:
             self._ready = deque(m for m in self._ready if (m.topic(), m.partition()) != where)
+        self._queued.pop(where, None)
+        self._done.discard(where)
         cursor = self._cursors.get(topic)
         span = None if cursor is None else cursor.span(p)
         if cursor is not None:
@@ -402,7 +559,11 @@ class _History:
         opened: list[TopicPartition] = []
         assignment = []
         for tp in partitions:
-            start = self._opens(tp)
+            try:
+                start = self._opens(tp)
+            except (KafkaException, BolideError) as exc:  # assigned as librdkafka would
+                log.warning("%s[%d]: not read from the archive: %s", tp.topic, tp.partition, exc)
+                start = None
             if start is None:
                 assignment.append(tp)
             else:
@@ -453,11 +614,13 @@ class _History:
 
         def assigned(consumer: Any, partitions: list[TopicPartition]) -> None:
             before = self._assigned
-            if hook is not None:
-                hook(consumer, partitions)
-            if self._assigned == before:
-                self.assigning(partitions, incremental=self._incremental)
-            self._consumer._sync()
+            try:
+                if hook is not None:
+                    hook(consumer, partitions)
+            finally:  # the hook's error is the application's to see, the assignment is made
+                if self._assigned == before:
+                    self.assigning(partitions, incremental=self._incremental)
+                self._consumer._sync()
 
         return assigned
 
@@ -466,42 +629,58 @@ class _History:
         then the partitions' archive reads go (librdkafka unassigns them as it would)."""
 
         def revoked(consumer: Any, partitions: list[TopicPartition]) -> None:
-            if hook is not None:
-                hook(consumer, partitions)
-            self.drop([(tp.topic, tp.partition) for tp in partitions])
-            self._consumer._sync()
+            gone = [(tp.topic, tp.partition) for tp in partitions]
+            try:
+                if hook is not None:
+                    hook(consumer, partitions)
+                if self._auto_commit:  # as librdkafka commits its own before a revoke
+                    self.commit_handed(gone, asynchronous=False)
+            finally:  # never read on from the archive what another member owns now
+                self.drop(gone)
+                self._consumer._sync()
 
         return revoked
 
     def drop(self, partitions: Iterable[TP] | None) -> None:
-        """Forget the archive reads of ``partitions`` (every one with ``None``)."""
+        """Forget the archive reads of ``partitions`` (every one with ``None``), and the
+        positions handed out there."""
         if partitions is None:
             partitions = {*self._stops, *self._parked, *self._user_paused}
             partitions |= {(str(m.topic()), int(m.partition() or 0)) for m in self._ready}
             for topic, cursor in self._cursors.items():
                 partitions |= {(topic, p) for p in cursor.reading()}
         for where in list(partitions):
+            self._handed.pop(where, None)
             self._set_aside(where)
             self._stops.pop(where, None)
             self._user_paused.discard(where)
             self._parked.pop(where, None)
 
     def seek(self, tp: TopicPartition) -> bool:
-        """Move ``tp`` into the archive when the offset lies below Kafka's log start and the
-        archive holds it (True); else end its archive read (False: Kafka seeks)."""
+        """Move ``tp`` into the archive when the offset (or ``OFFSET_BEGINNING``, or
+        ``OFFSET_STORED``: the committed one) lies below Kafka's log start and the archive
+        holds it (True); else end its archive read (False: Kafka seeks)."""
         where = (tp.topic, tp.partition)
+        cursor, low = self._cursor(tp.topic), self._low(tp)  # asked before anything changes
+        offset = tp.offset
+        if offset == OFFSET_STORED:
+            offset = self._committed(tp)
+        if offset == OFFSET_BEGINNING:
+            first = cursor.first_offset(tp.partition)
+            offset = first if first is not None else OFFSET_BEGINNING
+        inside = 0 <= offset < low and cursor.covers(tp.partition, offset, low)
+        if inside:
+            self._consumer._kafka_seek(TopicPartition(tp.topic, tp.partition, low))
+            self._consumer._kafka_pause([TopicPartition(tp.topic, tp.partition)])
         self._set_aside(where)
         self._parked.pop(where, None)
         self._stops.pop(where, None)
-        cursor, low = self._cursor(tp.topic), self._low(tp)
-        if 0 <= tp.offset < low and cursor.covers(tp.partition, tp.offset, low):
-            self._consumer._kafka_seek(TopicPartition(tp.topic, tp.partition, low))
-            self._consumer._kafka_pause([TopicPartition(tp.topic, tp.partition)])
+        if inside:
             self._stops[where] = low
             if where in self._user_paused:  # it waits, where the seek put it
-                self._parked[where] = (tp.offset, low)
+                self._parked[where] = (offset, low)
             else:
-                cursor.open(tp.partition, tp.offset, low)
+                cursor.open(tp.partition, offset, low)
             return True
         if where not in self._user_paused:
             self._consumer._kafka_resume([TopicPartition(tp.topic, tp.partition)])
@@ -569,6 +748,11 @@ def _which(cursor: HistoryCursor) -> dict[str, str]:
     return {} if cursor.stored_as is None else {"stored_as": cursor.stored_as}
 
 
+def _true(value: object) -> bool:
+    """A librdkafka boolean setting's value (``True``, ``"true"``...)."""
+    return str(value).lower() not in ("false", "0")
+
+
 def _place(tp: TopicPartition) -> TP:
     return (tp.topic, tp.partition)
 
@@ -588,6 +772,13 @@ def _message(topic: str, record: Record) -> Message:
 
 
 def _cluster(settings: Mapping[str, Any]) -> Cluster:
-    """The cluster the consumer talks to, for the admin requests that name topics' ids."""
+    """The cluster the consumer talks to, for the admin requests that name topics' ids.
+
+    Raises:
+        ValueError: Neither ``bootstrap.servers`` nor ``metadata.broker.list`` is set.
+    """
     connection = {k: v for k, v in settings.items() if k.startswith(_CONNECTION)}
-    return Cluster(str(settings.get("bootstrap.servers", "")), **connection)
+    servers = settings.get("bootstrap.servers") or settings.get("metadata.broker.list")
+    if not servers:
+        raise ValueError(f"{HISTORY} needs bootstrap.servers (or metadata.broker.list)")
+    return Cluster(str(servers), **connection)

@@ -15,7 +15,12 @@ from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.consumer.state import PartitionState
-from bolide.facade.errors import OffsetLoadError, OffsetOutOfRangeError, TopicRecreatedError
+from bolide.facade.errors import (
+    BrokerError,
+    OffsetLoadError,
+    OffsetOutOfRangeError,
+    TopicRecreatedError,
+)
 from bolide.facade.history import HistoryCursor
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts, topic_identity
 from bolide.facade.kafka.compat import FetchGaps
@@ -81,14 +86,19 @@ class Positions:
         database, ``Confirms.identifier``). Each then reads that topic incarnation's rows only;
         a topic deleted and created again is reported once (``TopicRecreatedError``).
 
+        A cluster that does not answer is reported, and the incarnation known is read.
+
         Raises:
-            BrokerError: The cluster did not answer.
             ClusterMismatchError: A store holds the stream of another cluster.
         """
         others = () if positions is None else (positions,)
         if self.history.store is None and not others:
             return
-        identity = topic_identity(self._cluster, self.topic)
+        try:
+            identity = topic_identity(self._cluster, self.topic)
+        except BrokerError as exc:  # positioning goes on with the incarnation known
+            self._report(f"which topic {self.topic!r} is could not be asked; asked again", exc)
+            return
         if identity is None:  # no topic id to tell incarnations apart
             return
         old = None

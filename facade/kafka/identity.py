@@ -56,6 +56,8 @@ def topic_id(cluster: Cluster, topic: str, *, timeout_s: float = _TIMEOUT_S) -> 
 def _topic_id(admin: AdminClient, cluster: Cluster, topic: str, timeout_s: float) -> str | None:
     try:
         described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout_s)
+    except TimeoutError:
+        raise _silent(cluster, topic, timeout_s) from None
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
         if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -63,6 +65,15 @@ def _topic_id(admin: AdminClient, cluster: Cluster, topic: str, timeout_s: float
         raise _unanswered(cluster, topic, error) from None
     found = None if described.topic_id is None else str(described.topic_id)
     return None if found in (None, NO_TOPIC_ID) else found
+
+
+def _silent(cluster: Cluster, topic: str, timeout_s: float) -> BrokerError:
+    return BrokerError(
+        f"cannot describe {topic!r} at {cluster.bootstrap_servers}: no answer within "
+        f"{timeout_s:g}s",
+        stream=topic,
+        retriable=True,
+    )
 
 
 def _unanswered(cluster: Cluster, topic: str, error: KafkaError) -> BrokerError:

@@ -13,7 +13,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.serialization import StringDeserializer
 
 from bolide.confluent import Consumer, DeserializingConsumer
@@ -159,6 +159,31 @@ def test_a_commit_in_the_archived_range_resumes_there_in_a_new_member(
     assert [m.offset() for m in again] == list(range(6, COUNT))
 
 
+@pytest.mark.parametrize("how", ["bare commit", "auto-commit"])
+def test_archived_records_count_in_a_bare_commit_and_in_auto_commit(
+    kafka_cluster: Cluster, history_url: str, trimmed: StreamConfig, how: str
+) -> None:
+    """With the offset store automatic (librdkafka's default), the archived records handed
+    out are committed as Kafka's are: by a bare ``commit()``, and by auto-commit (here, on
+    close)."""
+    auto = how == "auto-commit"
+    settings = config(kafka_cluster, history_url, **{"enable.auto.commit": auto})
+    first = Consumer(settings)
+    try:
+        first.subscribe([trimmed.name])
+        drain(first, 6)
+        if not auto:
+            first.commit(asynchronous=False)
+    finally:
+        first.close()
+    second = Consumer(settings)
+    try:
+        second.subscribe([trimmed.name])
+        assert drain(second, COUNT)[0].offset() == 6
+    finally:
+        second.close()
+
+
 def test_assign_seek_and_position_at_archived_offsets(
     kafka_cluster: Cluster, history_url: str, trimmed: StreamConfig
 ) -> None:
@@ -171,6 +196,8 @@ def test_assign_seek_and_position_at_archived_offsets(
         assert [m.offset() for m in drain(consumer, COUNT)] == list(range(1, COUNT))
         consumer.seek(TopicPartition(trimmed.name, 0, 15))  # in Kafka: Kafka seeks
         assert [m.offset() for m in drain(consumer, COUNT)] == list(range(15, COUNT))
+        consumer.seek(TopicPartition(trimmed.name, 0, OFFSET_BEGINNING))  # the archive's first
+        assert [m.offset() for m in drain(consumer, COUNT)] == list(range(COUNT))
     finally:
         consumer.close()
 

@@ -145,6 +145,38 @@ def test_a_recreated_topic_is_archived_apart_and_never_spliced_into_the_new_one(
     assert read_all(trimmed, stream, 5) == [b"new %d" % i for i in range(5)]
 
 
+def test_a_running_archiver_follows_the_topic_into_its_new_incarnation(
+    kafka_cluster: Cluster, store: SqlStore, stream_factory: Callable[..., StreamConfig]
+) -> None:
+    """An archiver that follows a stream while its topic is deleted and created again writes
+    what it read of the old topic under the old one, then archives the new topic from its
+    start under the new one: nothing of either is lost or mixed."""
+    stream = stream_factory(store=store, partitions=1)
+    errors: list[BaseException | None] = []
+    archiver = Archiver(
+        kafka_cluster,
+        store,
+        [stream],
+        group=f"follow-{uuid.uuid4().hex[:8]}",
+        consumer_config=FAST_GROUP,
+        error_handler=lambda summary, error: errors.append(error),
+    )
+    publish(kafka_cluster, stream, b"old", 6)
+    archiver.start()
+    try:
+        eventually(lambda: len(store.read(stream.name, 0, 0, 100)) == 6, 60)
+        new_id = recreate(kafka_cluster, stream.name)
+        publish(kafka_cluster, stream, b"new", 4)
+        current = lambda: [r.data for r in store.read(stream.name, 0, 0, 100)]  # noqa: E731
+        eventually(lambda: current() == [b"new %d" % i for i in range(4)], 120)
+    finally:
+        archiver.stop()
+    old = store.read(stream.name, 0, 0, 100, stored_as=stream.name)
+    assert [r.data for r in old] == [b"old %d" % i for i in range(6)]
+    assert [i.topic_id for i in store.incarnations(stream.name) if i.current] == [new_id]
+    assert len([e for e in errors if isinstance(e, TopicRecreatedError)]) == 1
+
+
 def test_a_commit_made_on_the_old_topic_is_no_position_in_the_new_one(
     kafka_cluster: Cluster, store: SqlStore, stream_factory: Callable[..., StreamConfig]
 ) -> None:
