@@ -17,8 +17,10 @@ from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.consumer.state import PartitionState
 from bolide.facade.errors import (
     BrokerError,
+    ClusterMismatchError,
     OffsetLoadError,
     OffsetOutOfRangeError,
+    StoreError,
     TopicRecreatedError,
 )
 from bolide.facade.history import HistoryCursor
@@ -86,7 +88,8 @@ class Positions:
         database, ``Confirms.identifier``). Each then reads that topic incarnation's rows only;
         a topic deleted and created again is reported once (``TopicRecreatedError``).
 
-        A cluster that does not answer is reported, and the incarnation known is read.
+        A cluster that does not answer, or a store that cannot record the topic (one this
+        user may only read), is reported, and the incarnation known is read.
 
         Raises:
             ClusterMismatchError: A store holds the stream of another cluster.
@@ -103,7 +106,12 @@ class Positions:
             return
         old = None
         for learn in (self.history.identify, *others):
-            old = learn(identity) or old
+            try:
+                old = learn(identity) or old
+            except ClusterMismatchError:
+                raise  # refused: another cluster's offsets are never used
+            except StoreError as exc:  # a store this user may only read, or one away
+                self._report(f"which topic {self.topic!r} is could not be recorded", exc)
         if old is None or self._recreated == identity.topic_id:
             return
         self._recreated = identity.topic_id
