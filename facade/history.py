@@ -13,13 +13,36 @@ from bolide.facade.config import StreamConfig
 from bolide.facade.ports import Incarnations, TopicIdentity
 from bolide.facade.record import Record
 
-__all__ = ["HistoryCursor"]
+__all__ = ["HistoryCursor", "KnownTopic"]
 
 
 @dataclass
 class _Span:
     next_offset: int
     stop: int  # Kafka's log start: the first offset Kafka serves
+
+
+class KnownTopic:
+    """Which incarnation of a stream's topic a reader of a store keeps to (its rows' key,
+    ``stored_as``), and the topic id it last met: what a history cursor and a subscriber's
+    positions in the application's database each learn on assignment."""
+
+    def __init__(self, stored_as: str | None = None) -> None:
+        self.stored_as = stored_as
+        self._topic_id: str | None = None
+
+    def learn(self, store: object, stream: str, identity: TopicIdentity) -> str | None:
+        """``stream`` is the topic ``identity`` now: recorded in ``store`` (one that keeps
+        incarnations; else nothing changes), whose key is kept to from here. Returns the old
+        topic id when the topic changed since the store, or this reader, last met it."""
+        if not isinstance(store, Incarnations):
+            return None
+        current, retired = store.identify(stream, identity)
+        before, self._topic_id = self._topic_id, identity.topic_id
+        self.stored_as = current.stored_as
+        if retired is not None:
+            return retired.topic_id
+        return before if before not in (None, identity.topic_id) else None
 
 
 class HistoryCursor:
@@ -29,24 +52,25 @@ class HistoryCursor:
         self.stream = stream
         self.store = stream.store
         # The topic incarnation whose history is read (``identify``; by default the current).
-        self.stored_as: str | None = None
-        self._topic_id: str | None = None
+        self.topic = KnownTopic()
         self._spans: dict[int, _Span] = {}
         self._finished: list[int] = []
         self._gaps: list[tuple[int, int, int]] = []
+
+    @property
+    def stored_as(self) -> str | None:
+        """The key of the topic incarnation read (``None``: the store's current one)."""
+        return self.topic.stored_as
+
+    @stored_as.setter
+    def stored_as(self, key: str | None) -> None:
+        self.topic.stored_as = key
 
     def identify(self, identity: TopicIdentity) -> str | None:
         """The stream is the topic ``identity`` now: only that incarnation's history is read
         (a topic deleted and created again starts with none). Returns the old topic id when
         the topic changed since the store, or this cursor, last met it."""
-        if not isinstance(self.store, Incarnations):
-            return None
-        current, retired = self.store.identify(self.stream.name, identity)
-        before, self._topic_id = self._topic_id, identity.topic_id
-        self.stored_as = current.stored_as
-        if retired is not None:
-            return retired.topic_id
-        return before if before not in (None, identity.topic_id) else None
+        return self.topic.learn(self.store, self.stream.name, identity)
 
     def _which(self) -> dict[str, str]:
         """The store's keyword naming the incarnation read (none for the current one, and for

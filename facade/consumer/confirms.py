@@ -21,6 +21,7 @@ from bolide.facade._internal.lock import HookLock
 from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
+from bolide.facade.history import KnownTopic
 from bolide.facade.ports import Incarnations, PositionStore, TopicIdentity
 
 __all__ = ["Confirms"]
@@ -84,8 +85,7 @@ class Confirms:
         #: Finished sets left out of a write because their encoding did not fit.
         self.overflows = 0
         # The topic incarnation the store keeps the positions of (its rows' key; ``identify``).
-        self._stored_as = topic
-        self._topic_id: str | None = None
+        self._topic_known = KnownTopic(topic)
 
     @property
     def keeps_positions(self) -> bool:
@@ -423,14 +423,11 @@ class Confirms:
         """The stream is the topic ``identity`` now: its positions are those of that
         incarnation (a topic deleted and created again starts without any). Returns the old
         topic id when the topic changed since the store, or this subscriber, last met it."""
-        if not isinstance(self._store, Incarnations):
-            return None
-        current, retired = self._store.identify(self._topic, identity)
-        before, self._topic_id = self._topic_id, identity.topic_id
-        self._stored_as = current.stored_as
-        if retired is not None:
-            return retired.topic_id
-        return before if before not in (None, identity.topic_id) else None
+        return self._topic_known.learn(self._store, self._topic, identity)
+
+    @property
+    def _stored_as(self) -> str:
+        return self._topic_known.stored_as or self._topic
 
     def stored(self, parts: Iterable[int], *, claim: bool = False) -> dict[int, int]:
         """The store's positions of ``parts`` (negative where none is stored). With

@@ -31,7 +31,13 @@ from bolide.facade.errors import (
     TopicRecreatedError,
 )
 from bolide.facade.health import Health, measure
-from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, log_starts, topic_identity
+from bolide.facade.kafka import (
+    CONSUMER_DEFAULTS,
+    ensure_topic,
+    log_starts,
+    topic_id,
+    topic_identity,
+)
 from bolide.facade.ports import ArchiveStore, HistoryStore, Incarnations
 from bolide.facade.record import Record, record_from_message
 from bolide.facade.support import Closing
@@ -565,7 +571,7 @@ class Archiver(Closing):
         old topic and end the run (``_Recreated``), which starts again on the new one."""
         self._topics.checked_at = time.monotonic()
         try:
-            now = {name: _topic_id_of(self.cluster, name) for name in sorted(streams)}
+            now = {name: topic_id(self.cluster, name) for name in sorted(streams)}
         except BrokerError as exc:  # asked again at the next check
             log.warning("could not check which topics %s are: %s", sorted(streams), exc)
             return
@@ -612,7 +618,7 @@ class Archiver(Closing):
             name
             for name in {name for name, _ in wanted}
             if self._topics.ids.get(name) is not None
-            and _topic_id_of(self.cluster, name) != self._topics.ids[name]
+            and topic_id(self.cluster, name) != self._topics.ids[name]
         }
         for (name, p), cut in wanted.items():
             if name in moved:
@@ -732,11 +738,6 @@ class _Topics:
 
 class _Recreated(Exception):
     """A stream's topic was deleted and created again during a run."""
-
-
-def _topic_id_of(cluster: Cluster, name: str) -> str | None:
-    identity = topic_identity(cluster, name)
-    return None if identity is None else identity.topic_id
 
 
 class _Meter:
