@@ -52,7 +52,7 @@ class HistoryCursor:
         self.stream = stream
         self.store = stream.store
         # The topic incarnation whose history is read (``identify``; by default the current).
-        self.topic = KnownTopic()
+        self._topic_known = KnownTopic()
         self._spans: dict[int, _Span] = {}
         self._finished: list[int] = []
         self._gaps: list[tuple[int, int, int]] = []
@@ -60,17 +60,17 @@ class HistoryCursor:
     @property
     def stored_as(self) -> str | None:
         """The key of the topic incarnation read (``None``: the store's current one)."""
-        return self.topic.stored_as
+        return self._topic_known.stored_as
 
     @stored_as.setter
     def stored_as(self, key: str | None) -> None:
-        self.topic.stored_as = key
+        self._topic_known.stored_as = key
 
     def identify(self, identity: TopicIdentity) -> str | None:
         """The stream is the topic ``identity`` now: only that incarnation's history is read
         (a topic deleted and created again starts with none). Returns the old topic id when
         the topic changed since the store, or this cursor, last met it."""
-        return self.topic.learn(self.store, self.stream.name, identity)
+        return self._topic_known.learn(self.store, self.stream.name, identity)
 
     def _which(self) -> dict[str, str]:
         """The store's keyword naming the incarnation read (none for the current one, and for
