@@ -13,14 +13,18 @@ payload and headers) plus three headers, all UTF-8 text so raw consumers and Spa
 
 A dead letter republished by ``bolide.stores.DeadLetters.replay`` loses those three and carries
 ``bolide.replayed.from``: the id (``<stream>/<partition>/<offset>``) of the dead letter.
+
+``DeadLetterSink`` is the one place a receiver's or resequencer's ``dead_letter`` option (a
+``Publisher`` or a function) is told apart and sent to; ``check_dead_letter`` refuses a bad one.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import threading
-from collections.abc import Callable
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
 from bolide.facade.publisher import Publisher
@@ -31,9 +35,12 @@ __all__ = [
     "REASON_HEADER",
     "REPLAYED_FROM_HEADER",
     "SOURCE_HEADER",
+    "DeadLetterSink",
     "DeadLetterTarget",
     "LetterBox",
+    "LetterDone",
     "Reason",
+    "check_dead_letter",
     "letter",
     "parse_position",
     "replayed",
@@ -90,6 +97,128 @@ def letter(record: Record, reason: Reason | str, detail: str, source: str | None
     if source is not None:
         headers.append((SOURCE_HEADER, source.encode()))
     return Record(record.data, key=record.key, headers=headers)
+
+
+#: What a dead-letter function is given after the record: the error (receivers) or the
+#: ``Reason`` (the resequencer).
+Cause = TypeVar("Cause")
+
+#: Told how a dead letter went: ``None`` once the target took it, else why it did not.
+LetterDone: TypeAlias = Callable[[BaseException | None], None]
+
+
+def check_dead_letter(dead_letter: object, takes: str = "error") -> None:
+    """Refuse a ``dead_letter`` option that is not ``None``, a ``Publisher`` or a callable.
+
+    Args:
+        dead_letter: The option as given.
+        takes: What a function target gets after the record (``"error"``, ``"reason"``), for
+            the message.
+
+    Raises:
+        TypeError: ``dead_letter`` is none of those (the message names the option).
+    """
+    if dead_letter is not None and not (
+        isinstance(dead_letter, Publisher) or callable(dead_letter)
+    ):
+        raise TypeError(f"dead_letter must be a Publisher, a callable(record, {takes}) or None")
+
+
+class DeadLetterSink(Generic[Cause]):
+    """Where a receiver or a resequencer sends the records it gives up: a dead-letter stream's
+    ``Publisher`` (it gets ``letter(record, reason, detail, source)``) or a function
+    ``fn(record, cause)``. Which one is told apart here, once, so callers never ask.
+
+    Thread safety: as the target's (a ``Publisher`` may be used from any thread).
+
+    Attributes:
+        stream: The dead-letter stream's name when the target is a ``Publisher``, else
+            ``None``: for a caller that writes ``letter(...)`` to it within a transaction of
+            its own instead of calling ``send_async``.
+    """
+
+    def __init__(self, target: Publisher | Callable[[Record, Cause], object]) -> None:
+        self._publisher: Publisher | None = None
+        self._fn: Callable[[Record, Cause], object] | None = None
+        self.stream: str | None = None
+        if isinstance(target, Publisher):
+            self._publisher, self.stream = target, target.stream.name
+        else:
+            self._fn = target
+
+    def send_async(
+        self,
+        record: Record,
+        cause: Cause,
+        done: LetterDone,
+        *,
+        reason: Reason | str,
+        detail: str,
+        source: str | None = None,
+    ) -> Awaitable[Any] | None:
+        """Send ``record``'s dead letter without waiting for a publisher's acknowledgement.
+
+        ``done`` is called once: at once for a function (and a publisher that refuses the
+        record), else on the publisher's delivery thread.
+
+        Args:
+            record: The record given up.
+            cause: What a function target gets after the record.
+            done: ``done(None)`` once the target took it, ``done(error)`` if not (a raise of
+                the function or of ``publish_async``, or a failed delivery).
+            reason, detail, source: The letter's headers (see ``letter``).
+
+        Returns:
+            What an ``async def`` function returned, not awaited and with ``done`` not yet
+            called: the caller awaits it (on its event loop), then calls ``done``. Otherwise
+            ``None``.
+        """
+        if self._publisher is not None:
+            dead = letter(record, reason, detail, source)
+            try:
+                self._publisher.publish_async(dead, callback=lambda _, error: done(error))
+            except Exception as exc:
+                done(exc)
+            return None
+        assert self._fn is not None  # one of the two, set in __init__
+        try:
+            result = self._fn(record, cause)
+        except Exception as exc:
+            done(exc)
+            return None
+        if inspect.isawaitable(result):
+            return result
+        done(None)
+        return None
+
+    def send(
+        self,
+        record: Record,
+        cause: Cause,
+        *,
+        reason: Reason | str,
+        detail: str,
+        source: str | None = None,
+    ) -> None:
+        """Send ``record``'s dead letter and wait: the publisher's ``publish`` (its
+        acknowledgement), or the function's call (what it returns is not looked at).
+
+        Args:
+            record, cause, reason, detail, source: As for ``send_async``.
+
+        Raises:
+            Exception: What the publisher (``PublishError``, ``TimeoutError``...) or the
+                function raised: the target did not take it.
+        """
+        if self._publisher is not None:
+            self._publisher.publish(letter(record, reason, detail, source))
+            return
+        assert self._fn is not None  # one of the two, set in __init__
+        self._fn(record, cause)
+
+    def __repr__(self) -> str:
+        target = self._publisher if self._publisher is not None else self._fn
+        return f"DeadLetterSink({target!r})"
 
 
 class LetterBox:

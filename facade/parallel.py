@@ -26,9 +26,8 @@ import threading
 import time
 from typing import Literal, TypeAlias, TypedDict, cast
 
-from bolide.facade.deadletter import DeadLetterTarget
+from bolide.facade.deadletter import DeadLetterTarget, check_dead_letter
 from bolide.facade.errors import IllegalSubscriberStateError
-from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import (
     STOPS_RECEIVER,
     AsyncRecordHandler,
@@ -42,7 +41,7 @@ from bolide.facade.receiver import (
 from bolide.facade.receiving.feed import Feed
 from bolide.facade.receiving.lanes import NO_LANE, Board, LaneOf
 from bolide.facade.receiving.outcomes import Runner
-from bolide.facade.receiving.tiers import Tiers
+from bolide.facade.receiving.tiers import RetryTiers
 from bolide.facade.receiving.workers import AsyncWorkers, ThreadWorkers
 from bolide.facade.record import RecordBatch
 from bolide.facade.resequencer.core import Resequencer
@@ -161,10 +160,7 @@ def _check(*options: object) -> None:
         raise ValueError(f"ordering must be 'key', 'partition' or 'unordered', not {ordering!r}")
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"retry must be a Retry or None, not {type(retry).__name__}")
-    if dead_letter is not None and not (
-        isinstance(dead_letter, Publisher) or callable(dead_letter)
-    ):
-        raise TypeError("dead_letter must be a Publisher, a callable(record, error) or None")
+    check_dead_letter(dead_letter)
     if not isinstance(auto_confirm, bool):
         raise TypeError(f"auto_confirm must be a bool, not {type(auto_confirm).__name__}")
     check_int("max_in_flight", max_in_flight, minimum=1)
@@ -209,8 +205,16 @@ class ParallelReceiver(Receiver):
         self._paused = False
         self._board = Board(_ORDERINGS[ordering])
         lane_of, call = _ORDERINGS[ordering], self._handler
-        self._tiers = Tiers.of(
-            host, retry, lane_of, (handler, call), dead_letter, concurrency, max_in_flight
+        self._halted = threading.Event()  # refused for good: reported once, stopping
+        self._tiers = RetryTiers.of(
+            host,
+            retry,
+            lane_of,
+            (handler, call),
+            dead_letter,
+            concurrency,
+            max_in_flight,
+            self._halt,
         )
         self._inline = resequencer is None and not is_async_handler(handler) and self._tiers is None
         self._feed = Feed(self._board, resequencer)
@@ -228,6 +232,7 @@ class ParallelReceiver(Receiver):
             host.report,
             cost=10 * _INLINE_BELOW_S,  # until calls are measured: hand records to workers
             tiers=self._tiers,
+            halt=self._halt,
         )
         name = f"bolide-worker-{host.stream.name}"
         self._workers: ThreadWorkers | AsyncWorkers
@@ -447,11 +452,11 @@ class ParallelReceiver(Receiver):
         held = feed.forget(partitions)
         with self._confirm_lock:  # no confirm of these partitions from a stale snapshot
             tracks = [t for p in partitions if (t := board.revoke(p)) is not None]
+        # A handler that closes its subscriber revokes from a worker: its own record cannot
+        # finish while it waits, so it does not wait. Tier calls share the same deadline.
+        wait_s = 0.0 if self._workers.owns(threading.current_thread()) else self._revoke_wait_s
+        deadline = min(time.monotonic() + wait_s, self._deadline)
         if not lost and tracks:
-            # A handler that closes its subscriber revokes from a worker: its own record
-            # cannot finish while it waits, so it does not wait.
-            wait_s = 0.0 if self._workers.owns(threading.current_thread()) else self._revoke_wait_s
-            deadline = min(time.monotonic() + wait_s, self._deadline)
             for track in tracks:
                 board.wait_idle(track, max(0.0, deadline - time.monotonic()))
             if self._confirm:
@@ -462,11 +467,22 @@ class ParallelReceiver(Receiver):
         for track in tracks:
             board.settle(track)
         if self._tiers is not None:  # after the board: no worker shelves on them any more
-            self._tiers.revoke(partitions, lost)
+            here = threading.current_thread() is self._thread
+            self._tiers.revoke(partitions, lost, deadline, on_fetch_thread=here)
         with self._confirm_lock:
             for p in partitions:
                 self._confirmed.pop(p, None)
                 self._noted.pop(p, None)
+
+    def _halt(self, summary: str, error: BaseException) -> None:
+        """The broker refuses a write the receiver cannot do without (a retry tier's copy, a
+        dead letter) for good: report it once and stop; what waits on it is not confirmed."""
+        if self._halted.is_set():
+            return
+        self._halted.set()
+        self._host.report(summary, error)
+        self._deadline = min(self._deadline, time.monotonic() + self._revoke_wait_s)
+        self._stop.set()
 
     # -- public ------------------------------------------------------------------------------
 

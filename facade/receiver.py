@@ -13,9 +13,9 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
 from bolide.facade.errors import (
@@ -23,6 +23,9 @@ from bolide.facade.errors import (
     AuthorizationError,
     DurableClientBusyError,
     IncompatibleBrokerError,
+    ProducerFencedError,
+    SerializationError,
+    TransactionInDoubtError,
 )
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.telemetry import TELEMETRY
@@ -39,6 +42,7 @@ __all__ = [
     "RevokeListener",
     "StreamReader",
     "is_async_handler",
+    "refused_for_good",
     "stopped_because",
 ]
 
@@ -155,17 +159,19 @@ class ReceiverHost(StreamReader, Protocol):
         asked for up to ``timeout_s``."""
         ...
 
-    def commit_to(self, offsets: list[TopicPartition]) -> None:
-        """Commit other topics' offsets (a retry tier's) in the subscriber's group and
-        generation, synchronously.
-
-        Raises:
-            KafkaException: The commit failed (the group moved on, say).
-        """
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata now (its member and generation): sent with a
+        transaction's offsets, so that Kafka refuses them once the generation is over. On
+        the thread that polls only (librdkafka does not answer another while polls go on)."""
         ...
 
-    def member_id(self) -> str:
-        """The subscriber's member id in its group now (``""`` out of it)."""
+    def decode(self, record: Record) -> SerializationError | None:
+        """Decode ``record.value`` with the subscriber's serde (if any); return a permanent
+        failure.
+
+        Raises:
+            SerializationError: A retriable failure (the registry is unreachable).
+        """
         ...
 
     def take_over(self, on_revoke: RevokeListener, limit: ConfirmLimit) -> None:
@@ -224,6 +230,17 @@ STOPS_RECEIVER = (
     AuthenticationError,
     IncompatibleBrokerError,
 )
+
+
+def refused_for_good(error: BaseException) -> bool:
+    """Whether a write a receiver cannot do without (a retry tier's copy, a dead letter)
+    failed in a way retrying cannot fix: an ACL or the credentials refused, another producer
+    with its transactional id, a commit whose outcome stayed unknown, or librdkafka's fatal
+    error. The receiver then reports it once and stops."""
+    if isinstance(error, (*STOPS_RECEIVER, ProducerFencedError, TransactionInDoubtError)):
+        return True
+    cause = getattr(error, "cause", None)
+    return isinstance(cause, KafkaError) and bool(cause.fatal())
 
 
 def stopped_because(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ ORIGIN_HEADER = "bolide.retry.origin"
 #: On a record in a retry tier: handler calls so far, as decimal text ("0": parked behind an
 #: earlier record of its key, never called yet).
 ATTEMPTS_HEADER = "bolide.retry.attempts"
-#: On a record in a retry tier: the group member id of the member that wrote it.
+#: On a record in a retry tier: the transactional id of the receiver that wrote it.
 WRITER_HEADER = "bolide.retry.writer"
 
 
@@ -74,6 +74,10 @@ class Retry:
             record moves to the first tier's stream, then the next; every later record of its
             key is parked behind it until it succeeds or is given up, so no key is
             reordered and other keys flow. Grouped subscribers only.
+        transactional_id: The tiers' ``transactional.id`` (their writes are Kafka
+            transactions, fenced by the group's generation); default
+            ``<group>.retry-tiers.<group.instance.id or a random suffix>``. One per running
+            receiver.
 
     Raises:
         TypeError: A value of the wrong type.
@@ -85,6 +89,7 @@ class Retry:
     backoff_s: float = 0.1
     max_backoff_s: float = 5.0
     tiers: Sequence[RetryTier] = field(default=())
+    transactional_id: str | None = None
 
     def __post_init__(self) -> None:
         check_int("attempts", self.attempts, minimum=1)
@@ -106,6 +111,10 @@ class Retry:
         if len(set(names)) != len(names):
             raise ValueError("two retry tiers share one stream (give each its own delay_s)")
         object.__setattr__(self, "tiers", tiers)
+        if self.transactional_id is not None and (
+            not isinstance(self.transactional_id, str) or not self.transactional_id
+        ):
+            raise ValueError("transactional_id must be a non-empty string or None")
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number ``retry`` (1 is the first retry)."""

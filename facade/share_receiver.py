@@ -25,9 +25,8 @@ from typing import Any, Protocol, cast
 
 from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.consumer.share_group import GroupSettings
-from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
+from bolide.facade.deadletter import DeadLetterSink, DeadLetterTarget, Reason, check_dead_letter
 from bolide.facade.errors import IllegalSubscriberStateError
-from bolide.facade.publisher import Publisher
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, ReceiverMetrics, RecordHandler
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.retry import Retry
@@ -112,7 +111,7 @@ class ShareReceiver(Receiver):
         self._poll_timeout_ms = poll_timeout_ms
         self._concurrency = concurrency
         self._retry = retry if retry is not None else Retry(attempts=1)
-        self._dead_letter = dead_letter
+        self._dead_letter = None if dead_letter is None else DeadLetterSink(dead_letter)
         self._stop = threading.Event()
         self._deadline = math.inf  # of close: records not started by then are released
         self._counts_lock = threading.Lock()
@@ -179,27 +178,24 @@ class ShareReceiver(Receiver):
 
     def _give_up(self, record: Record, error: Exception) -> None:
         """The last attempt failed: dead letter and reject, or release without a dead letter."""
-        host, target = self._share, self._dead_letter
+        host, sink = self._share, self._dead_letter
         detail = f"{type(error).__name__}: {error}"
         limit = host.group_settings.delivery_limit
-        if target is None and (record.delivery_count or 1) >= limit and host.config.dead_letter:
+        if sink is None and (record.delivery_count or 1) >= limit and host.config.dead_letter:
             # The group would archive it unseen: the subscriber's dead letter gets it instead.
             self._count("dead", 1)
             why = f"delivery {record.delivery_count} of {limit} failed: {detail}"
             self._settle(lambda r: host.reject(r, why), record)
             return
-        if target is None:
+        if sink is None:
             self._count("failed", 1)
             log.warning("share receiver gave %r up: %s", record, detail)
             host.report(f"share receiver handler raised on {record!r}", error)
             self._settle(host.release, record)
             return
+        source = f"{record.stream}/{record.partition}/{record.offset}"
         try:
-            if isinstance(target, Publisher):
-                source = f"{record.stream}/{record.partition}/{record.offset}"
-                target.publish(letter(record, Reason.FAILED, detail, source))
-            else:
-                target(record, error)
+            sink.send(record, error, reason=Reason.FAILED, detail=detail, source=source)
         except Exception as exc:
             self._count("failed", 1)
             host.report(f"dead letter of {record!r} failed; released", exc)
@@ -269,10 +265,7 @@ def _check(
         )
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"retry must be a Retry or None, not {type(retry).__name__}")
-    if dead_letter is not None and not (
-        isinstance(dead_letter, Publisher) or callable(dead_letter)
-    ):
-        raise TypeError("dead_letter must be a Publisher, a callable(record, error) or None")
+    check_dead_letter(dead_letter)
     if auto_confirm is not True:
         raise ValueError("a share group receiver acks each record when its handler returns")
     if resequencer is not None:

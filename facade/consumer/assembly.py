@@ -126,6 +126,7 @@ class Parts:
             confirm=confirm,
             note_finished=self.confirms.note_finished,
             rewind=rewind,
+            decode=self.fetcher.decode,
             hooks=self.receiver_hooks,
             durable=self.durable,
         )

@@ -222,6 +222,15 @@ class Fetcher:
                 self._positions.rewind(p, offset)
             state.read_again_from(p, offset)
 
+    def decode(self, record: Record) -> SerializationError | None:
+        """Decode ``record.value`` with the subscriber's serde, if it has one (a retry
+        tier's copy, say); return a permanent failure.
+
+        Raises:
+            SerializationError: A retriable failure.
+        """
+        return self._decoder.decode(record) if self._decoder is not None else None
+
     def close(self) -> None:
         """Release the dead letter publisher and the shared fetch."""
         if self._decoder is not None:

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -16,6 +16,7 @@ from bolide.facade.config import Cluster
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.state import PartitionState
 from bolide.facade.durable import DurableSession
+from bolide.facade.errors import SerializationError
 from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch
 
@@ -141,6 +142,7 @@ class ReceiverSeat:
         confirm: ``fn(offset, partition)``: confirm, not bounded by the receiver's limit.
         note_finished: ``fn(partition, offsets)``: records finished above the safe point.
         rewind: ``fn(offsets)``: read partitions again from ``offsets``.
+        decode: ``fn(record)``: decode its value with the subscriber's serde.
         hooks: Where the receiver's revoke listener and confirm limit go.
         durable: A durable client's session, else ``None``.
     """
@@ -156,6 +158,7 @@ class ReceiverSeat:
         confirm: Callable[[int, int], None],
         note_finished: Callable[[int, Iterable[int]], None],
         rewind: Callable[[Mapping[int, int]], None],
+        decode: Callable[[Record], SerializationError | None],
         hooks: ReceiverHooks,
         durable: DurableSession | None,
     ) -> None:
@@ -176,6 +179,7 @@ class ReceiverSeat:
         self.confirm_finished = confirm
         self.note_finished = note_finished
         self.rewind = rewind
+        self.decode = decode
         self._hooks = hooks
         self._durable = durable
 
@@ -203,18 +207,10 @@ class ReceiverSeat:
         with self._lock:
             return list(self._consumer.committed(partitions, timeout=timeout_s))
 
-    def commit_to(self, offsets: list[TopicPartition]) -> None:
-        """Commit ``offsets`` (of any topic) in the group's current generation."""
-        with self._lock:
-            self._state.commit(offsets, asynchronous=False)
-
-    def member_id(self) -> str:
-        """The consumer's member id in its group now (``""`` out of it, or closed)."""
-        with self._lock:
-            try:
-                return self._consumer.memberid() or ""
-            except RuntimeError:  # closed
-                return ""
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata. Call it on the thread that polls: asked from
+        another thread while polls go on, librdkafka does not answer."""
+        return self._consumer.consumer_group_metadata()
 
     def hold_fetching(self) -> None:
         """Hold every partition held for the throttle (one assigned meanwhile too)."""

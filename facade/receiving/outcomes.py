@@ -23,11 +23,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from bolide.facade.consumer.positions import Report
-from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
-from bolide.facade.publisher import Publisher
-from bolide.facade.receiver import AsyncRecordHandler, RecordHandler
+from bolide.facade.deadletter import DeadLetterSink, DeadLetterTarget, Reason
+from bolide.facade.receiver import AsyncRecordHandler, RecordHandler, refused_for_good
 from bolide.facade.receiving.lanes import Board, Item
-from bolide.facade.receiving.tiers import Tiers
+from bolide.facade.receiving.tiers import RetryTiers
 from bolide.facade.retry import Retry
 
 __all__ = ["Runner"]
@@ -52,16 +51,18 @@ class Runner:
         topic: str,
         report: Report,
         cost: float,
-        tiers: Tiers | None = None,
+        tiers: RetryTiers | None = None,
+        halt: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self._board = board
         self._handler = handler
         self._retry = retry
-        self._dead_letter = dead_letter
+        self._sink = None if dead_letter is None else DeadLetterSink(dead_letter)
         self._topic = topic
         self._report = report
         self._letter_retry_s = max(retry.max_backoff_s, 1.0)
         self._tiers = tiers
+        self._halt = halt
         self.cost = cost
 
     def work(self, item: Item) -> None:
@@ -134,51 +135,48 @@ class Runner:
         record is finished once the dead letter took it. Returns what an async dead-letter
         function still has to do."""
         item.error = error
-        record, target = item.record, self._dead_letter
+        record, sink = item.record, self._sink
         attempts = max(item.attempt, 1)
         if self._tiers is not None:
             self._tiers.shelve(record, attempts, self._copied(item))
             return None
-        if target is None:
+        if sink is None:
             summary = f"receiver handler failed on {record!r} after {attempts} attempts"
             log.error("%s: %r", summary, error)
             self._report(summary, error)
             self._board.finish(item, outcome="failed")
             return None
-        if isinstance(target, Publisher):
-            detail = f"{type(error).__name__}: {error} (after {attempts} attempts)"
-            source = f"{self._topic}/{record.partition}/{record.offset}"
-            dead = letter(record, Reason.FAILED, detail, source)
-            try:
-                target.publish_async(dead, callback=lambda _, exc: self._letter_done(item, exc))
-            except Exception as exc:
-                self._letter_done(item, exc)
-            return None
-        try:
-            result = target(record, error)
-        except Exception as exc:
-            self._letter_done(item, exc)
-            return None
-        if inspect.isawaitable(result):
-            return result
-        self._letter_done(item, None)
-        return None
+        detail = f"{type(error).__name__}: {error} (after {attempts} attempts)"
+        source = f"{self._topic}/{record.partition}/{record.offset}"
+        return sink.send_async(
+            record,
+            error,
+            lambda exc: self._letter_done(item, exc),
+            reason=Reason.FAILED,
+            detail=detail,
+            source=source,
+        )
 
     def _copied(self, item: Item) -> Callable[[BaseException | None], None]:
-        """What to do once a record's copy is in its retry tier (or could not be written)."""
+        """What to do once a record's copy is in its retry tier: it is finished. A copy that
+        cannot be written stops the receiver (the tiers' writer tries again until the broker
+        refuses it for good): the record stays unfinished, never confirmed, read again."""
 
         def copied(error: BaseException | None) -> None:
             if error is None:
                 self._board.finish(item)
-                return
-            self._report(f"could not move {item.record!r} to a retry tier; trying again", error)
-            self._board.later(item, self._letter_retry_s, retry=False)
+            else:
+                log.warning("%r not copied to its retry tier: %r", item.record, error)
 
         return copied
 
     def _letter_done(self, item: Item, error: BaseException | None) -> None:
         if error is None:
             self._board.finish(item, outcome="dead_lettered")
+            return
+        if self._halt is not None and refused_for_good(error):
+            # The record stays unfinished: never confirmed, read again by the next reader.
+            self._halt("dead letters are refused for good; the receiver stops", error)
             return
         self._report(
             f"dead letter for {item.record!r} failed; trying again in {self._letter_retry_s} s",

@@ -1,18 +1,22 @@
-"""``Tiers``: a parallel receiver's retry tiers on Kafka (``Retry(tiers=[RetryTier(...)])``).
+"""``RetryTiers``: a parallel receiver's retry tiers on Kafka (``Retry(tiers=[RetryTier(...)])``).
 
 Each tier is a stream with at least the source's partitions (created with as many); a record's
 copy goes to the partition number it came from, so the member that owns a source partition owns
-its tiers' too, and a key's copies stay in one partition of each tier, in their source order. That
-member reads the tiers' partitions itself (a consumer of its own, assigned by hand) and
-confirms their offsets through the subscriber's consumer, in the same group and generation
-as the source's: a member that lost the partition cannot confirm them any more. A tier
-partition's confirm is its first unfinished copy, with the finished copies above it in the
-commit's metadata (the source ledger's encoding). When a member gets a partition it reads the
-tiers' copies up to their end first (``load``), skipping those confirmed as finished, so the
-keys parked before a restart stay parked; only then are the source's records handled.
+its tiers' too, and a key's copies stay in one partition of each tier, in their source order.
+The work is split by job, each part with one owner:
 
-The ``Shelf`` decides what runs; this module moves copies in and out of Kafka and calls the
-handler on the tiers' records when they are due, on up to ``concurrency`` threads. Parked
+- ``Shelf`` (``shelf.py``): the parked records per key, and which copy may run when;
+- ``TierReader`` (``tier_reader.py``): the tiers' ``read_committed`` consumer, which loads a
+  new partition's copies before its source records are handled, and reads on;
+- ``TierWriter`` (``tier_writer.py``): every copy, move and dead letter, in Kafka
+  transactions that carry the tiers' positions with the group's metadata, so Kafka fences a
+  member that lost its partitions;
+- ``Fence`` (``fence.py``): the partitions whose copies wait for proof that this member still
+  owns them.
+
+This module wires them and calls the handler on the copies that are due, on up to
+``concurrency`` threads. A tier partition's confirm is its first unfinished copy, with the
+finished copies above it in the commit's metadata (the source ledger's encoding). Parked
 records are kept in memory: a source partition with ``limit`` of them is not fetched until
 half of them are done (nothing is dropped: the source's records wait in Kafka).
 """
@@ -22,49 +26,55 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupState, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 
-from bolide.facade.config import PublisherConfig, StreamConfig
-from bolide.facade.consumer.ledger import decode_finished, encode_finished
-from bolide.facade.deadletter import DeadLetterTarget, Reason, letter
+from bolide.facade.config import StreamConfig
+from bolide.facade.consumer.ledger import encode_finished
+from bolide.facade.deadletter import DeadLetterSink, DeadLetterTarget, Reason, letter
 from bolide.facade.errors import IllegalSubscriberStateError, StreamConfigMismatchError
-from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client, partition_count, replica_count
-from bolide.facade.publisher import Publisher
+from bolide.facade.kafka import admin_client, ensure_topic, partition_count, replica_count
 from bolide.facade.receiver import (
     AsyncRecordHandler,
     ReceiverHost,
     RecordHandler,
     is_async_handler,
 )
+from bolide.facade.receiving.fence import Fence
 from bolide.facade.receiving.lanes import NO_LANE, LaneOf
 from bolide.facade.receiving.shelf import Entry, Shelf
-from bolide.facade.record import Record, RecordBatch, record_from_message
+from bolide.facade.receiving.tier_reader import OURS, Point, TierReader
+from bolide.facade.receiving.tier_writer import Done, TierWriter, Write
+from bolide.facade.record import Record, RecordBatch
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER, Retry
 
-__all__ = ["Tiers", "to_confirm"]
+__all__ = ["RetryTiers", "to_confirm"]
 
 log = logging.getLogger("bolide.facade.parallel")
 
-_READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
-_AGAIN_S = 1.0  # a copy that could not be written is tried again after this
+_AGAIN_S = 1.0  # the tiers' thread waits this long after a failed read
 _LOAD_BACKOFF_MAX_S = 1.0  # longest wait before loading again after a failed load
-_OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER, WRITER_HEADER))
+_TAKE_S = 0.05  # longest wait for a due copy (a stop is seen within it)
+_IN_USE: set[str] = set()  # transactional ids of the tiers running in this process
+_IN_USE_LOCK = threading.Lock()
 
-#: ``done(error)``: the copy of a source record is in its tier (``None``) or failed.
-Done = Callable[[BaseException | None], None]
+_METADATA_S = 0.02  # the group's metadata is read again after this, on the next poll
+_DELETE = {"cleanup.policy": "delete"}  # a tier never compacts: every copy counts
 
-Point = tuple[int, int]  # (tier, source partition): one tier partition
+#: ``halt(summary, error)``: a refusal for good, reported once; the receiver stops.
+Halt = Callable[[str, BaseException], None]
 
 
-class Tiers:
+class RetryTiers:
     """The retry tiers of one parallel receiver (built by it when ``retry.tiers`` is set).
 
     Attributes:
+        shelf: The parked records.
+        moved: Copies written to a tier.
         overflows: Confirms of a source partition's tiers left out because a finished set
             did not fit the commit's metadata (they go out once it fits again).
     """
@@ -78,46 +88,70 @@ class Tiers:
         dead_letter: DeadLetterTarget | None,
         concurrency: int,
         limit: int,
+        halt: Halt,
     ) -> None:
         self._host = host
         # ``"unordered"``: a record is its own lane, so a failure parks nothing behind it.
-        self._lane_of: LaneOf = lambda r: (r.offset,) if lane_of(r) is NO_LANE else lane_of(r)
+        self._lane_of: Callable[[Record], Hashable] = lambda r: (
+            (r.offset,) if lane_of(r) is NO_LANE else lane_of(r)
+        )
         self._handler = handler
-        self._dead_letter = dead_letter
-        self._delays = [t.delay_s for t in retry.tiers]
+        self._sink = None if dead_letter is None else DeadLetterSink(dead_letter)
         self.topics = [t.stream_for(host.topic) for t in retry.tiers]
-        self._tier_of = {name: i for i, name in enumerate(self.topics)}
+        for name in self.topics:
+            try:
+                ensure_topic(host.cluster, _tier_stream(host, name))
+            except StreamConfigMismatchError as exc:
+                raise StreamConfigMismatchError(
+                    f"{exc} (a retry tier keeps every copy until it is confirmed: "
+                    "cleanup.policy=compact would delete a key's earlier copies)",
+                    stream=name,
+                ) from exc
         self.shelf = Shelf(len(self.topics))
-        self.moved = 0  # copies written to a tier
+        self.moved = 0
+        self.overflows = 0
         self._limit = limit  # parked records per source partition, at most (about)
         self._full: set[int] = set()  # source partitions held for their parked records
-        self._publishers = [
-            Publisher(host.cluster, PublisherConfig(stream=_tier_stream(host, t)))
-            for t in self.topics
-        ]
-        # A confirmed offset out of range (the copies past it deleted) reads from the first
-        # copy left: the default (latest) would skip those.
-        settings = {
-            "group.id": f"{host.group_id}.tiers",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-        self._reader = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
-        self._reader_lock = threading.Lock()
-        self._loaded: set[int] = set()
-        self._revokes = 0  # revokes so far: a load that saw one meanwhile starts again
         lease_s = host.config.lease_timeout_ms / 1000
-        self._lookup_s = max(1.0, min(10.0, lease_s / 4))  # one lookup of a load, at most
+        self._id = _claim(retry.transactional_id or _transactional_id(host))
+        try:
+            self.fence = Fence(self.shelf.hold, self.shelf.release, self._prove)
+            self.reader = TierReader(
+                host,
+                self.topics,
+                [t.delay_s for t in retry.tiers],
+                self.shelf,
+                self.fence,
+                self._lane_of,
+                self._id,
+                lookup_s=max(1.0, min(10.0, lease_s / 4)),
+            )
+            self.writer = TierWriter(
+                host.cluster,
+                self._id,
+                group_metadata=lambda: self._metadata,
+                offsets=self._offsets,
+                fence=self.fence,
+                held=lambda: set(host.assigned()),
+                report=host.report,
+                halt=halt,
+                timeout_s=max(5.0, min(30.0, lease_s)),
+                stream=host.topic,
+            )
+        except BaseException:
+            _release(self._id)
+            raise
+        # The group's metadata (member, generation) the writer sends: read on the fetch
+        # thread only, after its polls (librdkafka answers another thread only between them).
+        self._metadata = host.group_metadata()
+        self._metadata_at = time.monotonic()
         self._load_failures = 0  # failed loads in a row
         self._load_at = 0.0  # monotonic time of the next load, after a failed one
-        self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
-        self._fenced: set[int] = set()  # source partitions a newer owner writes copies of
-        self._member = ""  # the member id when partitions last came: on every copy written
-        self._admin: AdminClient | None = None  # asks the group who owns a partition
         # (tier, partition): the position and finished set last committed
         self._confirmed: dict[Point, tuple[int, str]] = {}
         self._confirm_lock = threading.Lock()
-        self.overflows = 0
+        self._calls = threading.Condition()  # tier calls running, per source partition
+        self._running: Counter[int] = Counter()
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bolide-retry")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bolide-tiers", daemon=True)
@@ -132,7 +166,8 @@ class Tiers:
         dead_letter: DeadLetterTarget | None,
         concurrency: int,
         limit: int,
-    ) -> Tiers | None:
+        halt: Halt,
+    ) -> RetryTiers | None:
         """The tiers of ``retry``, or ``None`` without any. ``handlers``: the handler as
         given and as the receiver runs it (within its telemetry span); ``limit``: parked
         records per source partition at which its fetching pauses.
@@ -140,10 +175,13 @@ class Tiers:
         Raises:
             TypeError: An ``async def`` handler (tiers call handlers on threads).
             IllegalSubscriberStateError: An ungrouped subscriber (tiers' offsets are the
-                group's).
+                group's), or a transactional id another receiver of this process uses.
             StreamConfigMismatchError: A tier on the source stream itself (its copies would
-                come back as new records, for ever), or a tier stream with fewer partitions
-                than the source.
+                come back as new records, for ever), a tier stream with fewer partitions
+                than the source, or one that compacts (a key's later copy would delete an
+                earlier one).
+            AuthorizationError: The user may not create or describe a tier stream, or use
+                the transactional id.
         """
         if retry is None or not retry.tiers:
             return None
@@ -161,9 +199,10 @@ class Tiers:
                 "retry tiers need a grouped subscriber: their offsets are the group's",
                 stream=host.topic,
             )
-        return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency, limit)
+        return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency, limit, halt)
 
     def start(self) -> None:
+        self.writer.start()
         self._thread.start()
 
     # -- the source side (the receiver's workers) -------------------------------------------
@@ -200,24 +239,20 @@ class Tiers:
 
     def _write(self, entry: Entry, tier: int, done: Done) -> None:
         record = entry.record
-        headers = [h for h in record.headers if h[0] not in _OURS]
+        headers = [h for h in record.headers if h[0] not in OURS]
         headers += [
             (ORIGIN_HEADER, f"{self._host.topic}/{entry.partition}/{entry.origin}".encode()),
             (ATTEMPTS_HEADER, str(entry.attempts).encode()),
+            (WRITER_HEADER, self._id.encode()),
         ]
-        if self._member:
-            headers.append((WRITER_HEADER, self._member.encode()))
         copy = Record(record.data, key=record.key, headers=headers, partition=entry.partition)
 
-        def written(_: int | None, error: BaseException | None) -> None:
+        def written(error: BaseException | None) -> None:
             if error is None:
                 self.moved += 1
             done(error)
 
-        try:
-            self._publishers[tier].publish_async(copy, callback=written)
-        except Exception as exc:
-            done(exc)
+        self.writer.write(Write(entry.partition, self.topics[tier], copy, written))
 
     # -- partitions (the receiver's fetch thread) ------------------------------------------
 
@@ -225,15 +260,20 @@ class Tiers:
         """Read the tiers' copies of newly assigned partitions up to their end, so that their
         parked keys are known before any of the source's records is handled; return the
         records of ``batch`` that may be handled now. Those of a partition held but not loaded
-        (the load failed, or it was revoked and assigned again meanwhile) are read again."""
+        (the load failed, or it was revoked and assigned again meanwhile) are read again.
+        Called on the fetch thread after each poll."""
+        self.refresh()
         if time.monotonic() >= self._load_at:
             try:
-                self._load(serve)
+                points = self.reader.load(serve, self._stop)
                 self._load_failures = 0
+                if points:
+                    with self._confirm_lock:
+                        self._confirmed.update(points)
             except Exception as exc:  # tried again after a backoff
                 self._load_failed(exc)
         self._throttle()
-        held, loaded = self._host.assigned(), self._loaded
+        held, loaded = self._host.assigned(), self.reader.loaded
         keep: list[Record] = []
         again: dict[int, int] = {}
         for record in batch:
@@ -246,81 +286,12 @@ class Tiers:
             self._host.rewind(again)
         return batch if len(keep) == len(batch) else RecordBatch(keep)
 
-    def _load(self, serve: Callable[[], None]) -> None:
-        """Read the tiers of the partitions held but not loaded up to their ends. Each
-        lookup waits a quarter of the lease at most and the consumer is served after it, so
-        a slow broker costs a retry on the next poll, not the lease; a rebalance meanwhile
-        leaves the load to the next poll."""
-        new = sorted(set(self._host.assigned()) - self._loaded)
-        if not new:
-            return
-        tps = [TopicPartition(t, p) for t in self.topics for p in new]
-        looked_up = self._look_up(tps, serve)
-        if looked_up is None:
-            return  # the lookups may predate the new owner's commits
-        found, ranges = looked_up
-        self._member = self._host.member_id()
-        committed: dict[tuple[str, int], int] = {}
-        finished: dict[tuple[int, int], set[int]] = {}
-        for tp in found:
-            committed[(tp.topic, tp.partition)] = tp.offset
-            if tp.offset >= 0 and tp.metadata:
-                where = f"{tp.topic} committed offsets"
-                finished[(self._tier_of[tp.topic], tp.partition)] = decode_finished(
-                    tp.offset, tp.metadata, where=where
-                )
-        self.shelf.hold(new, finished)
-        ends: dict[tuple[str, int], int] = {}
-        with self._reader_lock:
-            for tp in tps:
-                key = (tp.topic, tp.partition)
-                low, high = ranges[key]
-                self._ends[key] = high
-                start = committed.get(key, -1)
-                tp.offset = start if start >= low else low
-                if high > tp.offset:
-                    ends[key] = high
-            self._reader.incremental_assign(tps)
-        self._loaded.update(new)
-        while ends and not self._stop.is_set():
-            if not self._read():
-                self._stop.wait(_READ_S)
-            with self._reader_lock:  # what was consumed is on the shelf: ``_read`` holds it
-                at = self._reader.position([TopicPartition(t, p) for t, p in ends])
-            for tp in at:
-                key = (tp.topic, tp.partition)
-                if (
-                    tp.offset >= ends[key]
-                    or tp.partition not in self._loaded
-                    or tp.partition in self._fenced
-                ):
-                    del ends[key]  # read to the end, revoked or lost meanwhile
-            serve()
-        self.shelf.release([p for p in new if p not in self._fenced])
-
-    def _look_up(
-        self, tps: list[TopicPartition], serve: Callable[[], None]
-    ) -> tuple[list[TopicPartition], dict[tuple[str, int], tuple[int, int]]] | None:
-        """The committed offsets and the log range of tier partitions ``tps``, the consumer
-        served after each lookup; ``None`` when a revoke came meanwhile."""
-        revokes, wait_s = self._revokes, self._lookup_s
-        found = self._host.committed_to(tps, timeout_s=wait_s)
-        serve()
-        # The reader's metadata first: one answered by a node that had restarted and not
-        # caught up can lack a tier partition, and the reader asks again only every few
-        # minutes, while every lookup of it fails with "Unknown partition".
-        for topic in self.topics:
-            with self._reader_lock:
-                self._reader.list_topics(topic, timeout=wait_s)
-        serve()
-        ranges: dict[tuple[str, int], tuple[int, int]] = {}
-        for tp in tps:
-            with self._reader_lock:
-                ranges[(tp.topic, tp.partition)] = self._reader.get_watermark_offsets(
-                    tp, timeout=wait_s
-                )
-            serve()
-        return None if self._revokes != revokes else (found, ranges)
+    def refresh(self) -> None:
+        """Read the group's metadata again (on the fetch thread: a poll or a rebalance
+        callback may have moved the generation), at most every ``_METADATA_S``."""
+        now = time.monotonic()
+        if now - self._metadata_at >= _METADATA_S:
+            self._metadata, self._metadata_at = self._host.group_metadata(), now
 
     def _load_failed(self, error: BaseException) -> None:
         """Wait before the next load (Kafka's ``retry.backoff.ms`` and its maximum: 100 ms
@@ -348,33 +319,39 @@ class Tiers:
             self._host.release_parked(under)
         self._full = (full | over) - under
 
-    def revoke(self, partitions: list[int], lost: bool) -> None:
-        """Give up the tiers of revoked source partitions (confirming them unless lost).
+    def revoke(
+        self, partitions: list[int], lost: bool, deadline: float, *, on_fetch_thread: bool
+    ) -> None:
+        """Give up the tiers of revoked source partitions.
 
-        The reader lets go of their tier partitions and the shelf drops them under the
+        A graceful revoke waits, until the monotonic ``deadline`` (half the lease), for the
+        tier calls of ``partitions`` that run and for the writes they made, and confirms
+        what finished while the partitions are still owned, as for the source's records;
+        what is still running then is left to the next owner, which calls it again. Then
+        the reader lets go of their tier partitions and the shelf drops them under the
         reader's lock, which the tiers' thread holds from a read to its copies being on the
-        shelf: no copy read before the revoke lands on the shelf after it, to run on a member
-        that no longer owns its partition while the new owner runs the key's earlier records.
-        A partition whose load failed midway is on the shelf too, so every revoked one goes."""
-        self._revokes += 1
-        gone = set(partitions) & self._loaded
+        shelf: no copy read before the revoke lands on the shelf after it."""
+        gone = set(partitions) & self.reader.loaded
+        if on_fetch_thread:  # a rebalance: the generation may have moved
+            self._metadata_at = 0.0
+            self.refresh()
         if gone and not lost:
-            self.confirm(only=gone)
-        self._loaded -= gone
-        self._full -= gone  # a partition given up is not paused any more
-        with self._reader_lock:  # the tiers' thread fences and reads while it holds it
-            if gone:
-                fenced, self._fenced = self._fenced & gone, self._fenced - gone
-                if fenced:
-                    self._reader.resume([TopicPartition(t, p) for t in self.topics for p in fenced])
-                self._reader.incremental_unassign(
-                    [TopicPartition(t, p) for t in self.topics for p in gone]
+            with self.shelf.lock:  # none of their copies starts from now on
+                self.shelf.hold(sorted(gone))
+            with self._calls:
+                self._calls.wait_for(
+                    lambda: not any(self._running[p] for p in gone),
+                    max(0.0, deadline - time.monotonic()),
                 )
+            self.writer.flush(gone, deadline)
+        self.writer.drop(partitions)
+        with self.reader.lock:  # the tiers' thread reads while it holds it
+            self.reader.revoke(set(partitions))
             self.shelf.drop(sorted(partitions))
-            for end in [k for k in self._ends if k[1] in gone]:
-                del self._ends[end]
+        self.fence.forget(partitions)
+        self._full -= set(partitions)  # a partition given up is not paused any more
         with self._confirm_lock:
-            for key in [k for k in self._confirmed if k[1] in gone]:
+            for key in [k for k in self._confirmed if k[1] in gone or k[1] in partitions]:
                 del self._confirmed[key]
 
     # -- the tiers' thread -----------------------------------------------------------------
@@ -382,11 +359,13 @@ class Tiers:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                if not self._read():
+                if not self.reader.read():
                     self._stop.wait(_AGAIN_S)
-                entry = self.shelf.take(_READ_S)
+                if not self.reader.loaded:
+                    self._stop.wait(_TAKE_S)
+                entry = self.shelf.take(_TAKE_S)
                 while entry is not None:
-                    self._pool.submit(self._call, entry)
+                    self._start_call(entry)
                     entry = self.shelf.take(0)
             except Exception as exc:
                 if self._stop.is_set():
@@ -394,110 +373,37 @@ class Tiers:
                 self._host.report("retry tiers failed; trying again", exc)
                 self._stop.wait(_AGAIN_S)
 
-    def _read(self) -> bool:
-        """One read of the tiers: each copy read goes on the shelf before the lock is let go
-        (so ``load`` knows that what its reader consumed is on the shelf). ``False`` when a
-        copy could not be taken (reported; read again from it later)."""
-        if not self._loaded:
-            self._stop.wait(_READ_S)
-            return True
-        with self._reader_lock:
-            for msg in self._reader.consume(500, timeout=_READ_S):
-                if msg.error() is not None:
-                    continue
-                try:
-                    self._arrived(msg)
-                except Exception as exc:
-                    where = TopicPartition(
-                        msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-                    )
-                    self._reader.seek(where)  # this copy and the rest of the batch come again
-                    self._host.report(f"retry tiers: could not take the copy at {where}", exc)
-                    return False
-        return True
-
-    def _arrived(self, msg: Message) -> None:
-        tier = self._tier_of.get(msg.topic() or "")
-        copy = record_from_message(msg)
-        origin = (copy.header(ORIGIN_HEADER) or b"").decode(errors="replace").rsplit("/", 2)
-        if tier is None or len(origin) != 3 or origin[0] != self._host.topic:
-            return
+    def _start_call(self, entry: Entry) -> None:
+        with self._calls:
+            self._running[entry.partition] += 1
         try:
-            partition, offset = int(origin[1]), int(origin[2])
-            attempts = int(copy.header(ATTEMPTS_HEADER) or b"0")
-        except ValueError:
-            return
-        if partition in self._fenced or self._newer_owner(msg, copy, partition):
-            return  # another member's to handle: it reads it from the confirmed offsets
-        record = Record(copy.data, key=copy.key, headers=_theirs(copy.headers))
-        record.stream, record.partition, record.offset = self._host.topic, partition, offset
-        record.timestamp_ms = copy.timestamp_ms
-        serde = self._host.config.serde
-        if serde is not None and record.data is not None:
-            record.value = serde.decode(
-                record.data, stream=self._host.topic, partition=partition, offset=offset
-            )
-        due = (copy.timestamp_ms or 0) / 1000 + self._delays[tier]
-        lane: Hashable = self._lane_of(record)
-        self.shelf.arrived(tier, copy.offset or 0, record, attempts, due, lane)
+            self._pool.submit(self._call, entry)
+        except RuntimeError:  # closing: the pool takes no more
+            self._ended_call(entry.partition)
 
-    def _newer_owner(self, msg: Message, copy: Record, partition: int) -> bool:
-        """Whether ``copy`` shows that another member owns ``partition`` now: this member
-        lost it and has not heard yet (it was paused, or its application stopped polling,
-        past its lease). A copy that another member wrote after this one loaded the tiers
-        makes it ask the group (once stable) who owns the partition: when another member
-        does, the partition's copies are not handled here any more (what ran or is on the
-        shelf stays as it is; nothing is confirmed or counted finished) until the rebalance
-        gives it up. The copies of a member that lost the partition before this one got it
-        are handled as ever, as are all when the group cannot tell."""
-        if (msg.offset() or 0) < self._ends.get((msg.topic() or "", msg.partition() or 0), 0):
-            return False
-        writer = (copy.header(WRITER_HEADER) or b"").decode(errors="replace")
-        if not writer or writer == self._member:
-            return False
-        owner = self._owner_of(partition)
-        if owner is None or owner == self._member:
-            return False
-        self._fenced.add(partition)
-        self.shelf.hold([partition])
-        self._reader.pause([TopicPartition(t, partition) for t in self.topics])
-        log.warning(
-            "retry tiers: member %s owns partition %d of %s now, this member (%s) not: "
-            "the copies in its tiers are left to that member",
-            owner, partition, self._host.topic, self._member,
-        )  # fmt: skip
-        return True
-
-    def _owner_of(self, partition: int) -> str | None:
-        """The member the group gives source ``partition`` to, once it is stable (``None``
-        while it is not, or when it cannot be asked: the copy is handled as before, and the
-        next copy of another member asks again, through a new admin client)."""
-        if self._admin is None:
-            self._admin = admin_client(self._host.cluster)
-        group = self._host.group_id
-        try:
-            described = self._admin.describe_consumer_groups([group], request_timeout=10)
-            found = described[group].result(15)
-        except Exception as exc:  # NOT_COORDINATOR for good was seen from one client
-            self._admin = None
-            self._host.report("retry tiers: could not ask the group who owns a partition", exc)
-            return None
-        if found.state != ConsumerGroupState.STABLE:
-            return None
-        for member in found.members:
-            held = member.assignment.topic_partitions if member.assignment else []
-            if any(tp.topic == self._host.topic and tp.partition == partition for tp in held):
-                return str(member.member_id)
-        return None
+    def _ended_call(self, partition: int) -> None:
+        with self._calls:
+            self._running[partition] -= 1
+            if self._running[partition] <= 0:
+                del self._running[partition]
+            self._calls.notify_all()
 
     def _call(self, entry: Entry) -> None:
-        """Run the handler on a tier's record that is due; move it on if it fails."""
+        """Run the handler on a tier's record that is due (its value decoded by the
+        subscriber's serde first); move it on if it fails."""
         try:
+            failure = self._host.decode(entry.record)
+            if failure is not None:
+                self._give_up(entry, failure)  # it will not decode however often it is tried
+                return
             self._handler(entry.record)
         except BaseException as exc:  # any raise fails the record only
             self._failed(entry, exc)
         else:
             self.shelf.done(entry)
+        finally:
+            self._ended_call(entry.partition)
+            self.writer.want()
 
     def _failed(self, entry: Entry, error: BaseException) -> None:
         if entry.dropped:
@@ -512,89 +418,101 @@ class Tiers:
             self._give_up(entry, error)
 
     def _move(self, entry: Entry, tier: int) -> None:
-        """Copy ``entry`` to ``tier``; a failed write is tried again (the call is not)."""
+        """Copy ``entry`` to ``tier``; the writer tries until it is written or stops."""
         self.shelf.moving(entry, tier)
 
         def moved(exc: BaseException | None) -> None:
             if exc is None:
                 self.shelf.moved(entry)
-            else:
-                self._host.report(f"could not move {entry.record!r} to a retry tier", exc)
-                self._later(self._move, entry, tier)
 
         self._write(entry, tier, moved)
 
-    def _later(self, fn: Callable[..., None], *args: Any) -> None:
-        """Call ``fn(*args)`` after a pause, unless closing or the entry's partition went."""
+    def _give_up(self, entry: Entry, error: BaseException) -> None:
+        """Dead-letter ``entry`` (a stream's letter goes out in the tiers' transaction), or
+        report it without a dead letter; then its key goes on."""
+        record, sink = entry.record, self._sink
+        detail = f"{type(error).__name__}: {error} (after {entry.attempts} attempts)"
+        if sink is None:
+            self._host.report(f"receiver handler failed on {record!r}: {detail}", error)
+            self.shelf.done(entry)
+            return
+        source = f"{self._host.topic}/{entry.partition}/{entry.origin}"
+
+        def sent(exc: BaseException | None) -> None:
+            if exc is None:
+                self.shelf.done(entry)
+            elif not entry.dropped:
+                self._host.report(f"dead letter for {record!r} failed; trying again", exc)
+                self._later(lambda: self._give_up(entry, error), entry)
+
+        if sink.stream is not None:
+            dead = letter(record, Reason.FAILED, detail, source)
+            self.writer.write(Write(entry.partition, sink.stream, dead, sent))
+            return
+        pending = sink.send_async(
+            record, error, sent, reason=Reason.FAILED, detail=detail, source=source
+        )
+        if pending is not None:  # an async function under a plain handler cannot be awaited
+            close = getattr(pending, "close", None)
+            if close is not None:
+                close()
+            sent(TypeError("the dead-letter function returned an awaitable"))
+
+    def _later(self, fn: Callable[[], None], entry: Entry) -> None:
+        """Call ``fn()`` after a pause, unless closing or the entry's partition went."""
 
         def again() -> None:
-            if not self._stop.is_set() and not args[0].dropped:
-                fn(*args)
+            if not self._stop.is_set() and not entry.dropped:
+                fn()
 
         timer = threading.Timer(_AGAIN_S, again)
         timer.daemon = True
         timer.start()
 
-    def _give_up(self, entry: Entry, error: BaseException) -> None:
-        record, target = entry.record, self._dead_letter
-        detail = f"{type(error).__name__}: {error} (after {entry.attempts} attempts)"
-        if target is None:
-            self._host.report(f"receiver handler failed on {record!r}: {detail}", error)
-            self.shelf.done(entry)
-            return
+    # -- confirms (the writer's rounds) ------------------------------------------------------
 
-        def sent(_: Any, exc: BaseException | None) -> None:
-            if exc is None:
-                self.shelf.done(entry)
-            else:
-                self._host.report(f"dead letter for {record!r} failed; trying again", exc)
-                self._later(self._give_up, entry, error)
+    def confirm(self) -> None:
+        """Ask the writer for a round: the tiers' confirms go out in its transactions."""
+        self.writer.want()
 
-        if isinstance(target, Publisher):
-            source = f"{self._host.topic}/{entry.partition}/{entry.origin}"
-            try:
-                target.publish_async(letter(record, Reason.FAILED, detail, source), callback=sent)
-            except Exception as exc:
-                sent(None, exc)
-            return
-        try:
-            target(record, error)
-        except Exception as exc:
-            sent(None, exc)
-        else:
-            sent(None, None)
+    def _prove(self) -> None:
+        self.writer.want(proof=True)
 
-    def confirm(self, only: set[int] | None = None) -> None:
-        """Confirm each tier partition up to its first unfinished copy, with the finished
-        copies above it in the commit's metadata, if that changed. A source partition's
-        tiers are confirmed together, from one reading of the shelf, or not at all while the
-        finished set of one does not fit (``overflows``): a key's finished copy is never
-        confirmed without its earlier ones in other tiers. The commit takes the subscriber's
-        lock, so no lock of these tiers is held meanwhile."""
+    def _offsets(
+        self, written: set[int], proof: bool
+    ) -> tuple[list[TopicPartition], Callable[[], None]]:
+        """What a round of the writer confirms: each tier partition up to its first
+        unfinished copy, with the finished copies above it in the commit's metadata, where
+        that changed. A source partition's tiers are confirmed together, from one reading of
+        the shelf, or not at all while the finished set of one does not fit (``overflows``):
+        a key's finished copy is never confirmed without its earlier ones in other tiers.
+        With ``proof`` (writes, or the fence waiting) the round carries offsets even when
+        none moved: the last confirm of the tier partitions written (or of any held), sent
+        again, is what Kafka checks the group's generation on."""
         with self._confirm_lock:
             held = self._host.assigned()
             points = {
                 k: point
                 for k, point in self.shelf.confirm_points().items()
-                if (only is None or k[1] in only) and k[1] in held and k[1] not in self._fenced
+                if k[1] in held and k[1] in self.reader.loaded and not self.fence.holds(k[1])
             }
             moved, unfit = to_confirm(points, self._confirmed)
             self.overflows += len(unfit)
-        if not moved:
-            return
+            if proof and not moved:
+                again = [k for k in self._confirmed if k[1] in written] or list(self._confirmed)
+                moved = {k: self._confirmed[k] for k in again[:1]}
         tps = [
             TopicPartition(self.topics[t], p, o, metadata=text)
             for (t, p), (o, text) in moved.items()
         ]
-        try:
-            self._host.commit_to(tps)
-        except Exception as exc:  # the next round tries again
-            self._host.report("retry tiers: confirm failed", exc)
-            return
-        with self._confirm_lock:
-            self._confirmed.update(moved)
-        # keys whose finished copies are all confirmed go on
-        self.shelf.confirmed({k: points[k] for k in moved})
+
+        def committed() -> None:
+            with self._confirm_lock:
+                self._confirmed.update(moved)
+            # keys whose finished copies are all confirmed go on
+            self.shelf.confirmed({k: points[k] for k in moved if k in points})
+
+        return tps, committed
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -611,12 +529,12 @@ class Tiers:
             except Exception as exc:
                 self._host.report("retry tiers: resuming paused partitions failed", exc)
         try:
-            self.confirm()
+            if self._thread.ident is not None:
+                self.writer.flush(self.reader.loaded, time.monotonic() + 5.0)
         finally:
-            with self._reader_lock:
-                self._reader.close()
-            for publisher in self._publishers:
-                publisher.close()
+            self.writer.close()
+            self.reader.close()
+            _release(self._id)
 
 
 def to_confirm(
@@ -656,6 +574,7 @@ def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:
             global_order=wanted == 1,
             replication_factor=max(source or 1, host.stream.replication_factor),
             min_insync_replicas=host.stream.min_insync_replicas,
+            topic_config=_DELETE,
         )
     if count < wanted:
         raise StreamConfigMismatchError(
@@ -663,8 +582,35 @@ def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:
             f"{host.topic!r}: each copy goes to the partition number its record came from",
             stream=name,
         )
-    return StreamConfig(name=name)
+    return StreamConfig(name=name, topic_config=_DELETE)
 
 
-def _theirs(headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
-    return [(k, v) for k, v in headers if k not in _OURS]
+def _transactional_id(host: ReceiverHost) -> str:
+    """A receiver's own transactional id: ``<group>.retry-tiers.<group.instance.id>`` for a
+    static member (its next start fences this one's open transaction), else with a random
+    suffix; grant the ACL on the prefix ``<group>.retry-tiers.``."""
+    instance = host.config.consumer_config.get("group.instance.id")
+    return f"{host.group_id}.retry-tiers.{instance or uuid.uuid4().hex[:16]}"
+
+
+def _claim(transactional_id: str) -> str:
+    """Reserve ``transactional_id`` for one receiver of this process.
+
+    Raises:
+        IllegalSubscriberStateError: Another running receiver uses it: each would fence the
+            other's transactions.
+    """
+    with _IN_USE_LOCK:
+        if transactional_id in _IN_USE:
+            raise IllegalSubscriberStateError(
+                f"retry tiers' transactional id {transactional_id!r} is used by another "
+                "running receiver: each would fence the other's writes; give each its own "
+                "(Retry(transactional_id=...))"
+            )
+        _IN_USE.add(transactional_id)
+    return transactional_id
+
+
+def _release(transactional_id: str) -> None:
+    with _IN_USE_LOCK:
+        _IN_USE.discard(transactional_id)

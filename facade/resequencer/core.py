@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from bolide.facade.deadletter import Reason
+from bolide.facade.deadletter import Reason, check_dead_letter
 from bolide.facade.errors import ResequencerFullError
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
@@ -92,10 +92,7 @@ class Resequencer:
         check_int("capacity", capacity, minimum=1)
         if on_timeout not in ("release", "dead_letter"):
             raise ValueError(f"on_timeout must be 'release' or 'dead_letter', got {on_timeout!r}")
-        if dead_letter is not None and not (
-            isinstance(dead_letter, Publisher) or callable(dead_letter)
-        ):
-            raise TypeError("dead_letter must be a Publisher, a callable(record, reason) or None")
+        check_dead_letter(dead_letter, "reason")
         if on_timeout == "dead_letter" and dead_letter is None:
             raise ValueError("on_timeout='dead_letter' needs a dead_letter target")
         if not callable(clock):

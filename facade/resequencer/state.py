@@ -7,6 +7,7 @@ Records finished on arrival need none, so the common path allocates nothing per 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections import deque
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from bolide.facade.deadletter import Reason, letter
+from bolide.facade.deadletter import DeadLetterSink, LetterDone, Reason
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 
@@ -136,51 +137,40 @@ class DeadLetters:
     """
 
     def __init__(self, target: Publisher | DeadLetterHandler | None, lock: threading.RLock):
-        self.target = target
+        self._sink: DeadLetterSink[Reason] | None = None
+        if target is not None:
+            self._sink = DeadLetterSink(target)
         self._lock = lock
         self.sent = 0
         self.failures = 0
 
     def send(self, dead: list[DeadLetter]) -> None:
         """Send each rejected record (without a target: log it and drop it)."""
-        target = self.target
+        sink = self._sink
         for record, reason, detail, hold in dead:
             with self._lock:
                 self.sent += 1
-            if target is None:
+            if sink is None:
                 log.warning("dropping rejected record %r: %s (%s)", record, reason.value, detail)
-            elif isinstance(target, Publisher):
-                self._publish(target, record, reason, detail, hold)
-            else:
-                try:
-                    target(record, reason)
-                except Exception:
-                    log.exception("dead-letter handler raised on %r", record)
-                    self._failed()
-                else:
-                    self._done(hold)
+                continue
+            done = self._done(record, hold)
+            pending = sink.send_async(record, reason, done, reason=reason, detail=detail)
+            if pending is not None:  # an async def target: no event loop here to await it
+                if inspect.iscoroutine(pending):
+                    pending.close()
+                done(TypeError("the dead-letter function returned an awaitable"))
 
-    def _publish(
-        self, target: Publisher, record: Record, reason: Reason, detail: str, hold: Hold | None
-    ) -> None:
-        def delivered(offset: int | None, error: BaseException | None) -> None:
-            if error is None:
-                self._done(hold)
-            else:
-                log.error("dead letter for %r not published: %s", record, error)
-                self._failed()
+    def _done(self, record: Record, hold: Hold | None) -> LetterDone:
+        """What to do once ``record``'s dead letter went (lift its hold) or failed (count it;
+        its hold stays). Caller: the sending thread, or a publisher's delivery thread."""
 
-        try:
-            target.publish_async(letter(record, reason, detail), callback=delivered)
-        except Exception:
-            log.exception("dead letter for %r not published", record)
-            self._failed()
+        def done(error: BaseException | None) -> None:
+            if error is not None:
+                log.error("dead letter for %r not sent", record, exc_info=error)
+                with self._lock:
+                    self.failures += 1
+            elif hold is not None:
+                with self._lock:
+                    hold.release()
 
-    def _done(self, hold: Hold | None) -> None:
-        if hold is not None:
-            with self._lock:
-                hold.release()
-
-    def _failed(self) -> None:
-        with self._lock:
-            self.failures += 1
+        return done

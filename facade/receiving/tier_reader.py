@@ -1,0 +1,240 @@
+"""``TierReader``: reads a receiver's retry tiers onto its shelf.
+
+A consumer of its own, ``read_committed`` (a copy is there once its transaction committed,
+and never when its writer was fenced), assigned by hand the tier partitions of the source
+partitions held. When a member gets a partition, ``load`` reads its tiers' copies up to
+their ends before any of the source's records is handled, skipping the copies confirmed as
+finished, so the keys parked before are parked again. A copy another writer made past what
+was loaded puts its partition behind the ``Fence`` until this member proves its generation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from bolide.facade.consumer.ledger import decode_finished
+from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.receiver import ReceiverHost
+from bolide.facade.receiving.fence import Fence
+from bolide.facade.receiving.shelf import Shelf
+from bolide.facade.record import Record, record_from_message
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER
+
+__all__ = ["OURS", "Point", "TierReader"]
+
+READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
+#: The headers the tiers add to a copy (the handler never sees them).
+OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER, WRITER_HEADER))
+
+Point = tuple[int, int]  # (tier, source partition): one tier partition
+
+
+class TierReader:
+    """The tiers' consumer and what it has loaded.
+
+    Args:
+        host: The receiver's subscriber.
+        topics: The tiers' streams, first tier first.
+        delays: Each tier's delay in seconds.
+        shelf: Where copies read go.
+        fence: Holds partitions with another writer's copies.
+        lane_of: A record's lane (its key, for ``ordering="key"``).
+        writer: This receiver's writer name (its transactional id), on each of its copies.
+        lookup_s: Longest wait of one lookup of a load.
+
+    Attributes:
+        loaded: Source partitions whose tiers are read (from their load to their revoke).
+        revokes: Revokes so far (a load that saw one meanwhile starts again).
+    """
+
+    def __init__(
+        self,
+        host: ReceiverHost,
+        topics: list[str],
+        delays: list[float],
+        shelf: Shelf,
+        fence: Fence,
+        lane_of: Callable[[Record], Hashable],
+        writer: str,
+        lookup_s: float,
+    ) -> None:
+        self._host = host
+        self._topics = topics
+        self._tier_of = {name: i for i, name in enumerate(topics)}
+        self._delays = delays
+        self._shelf = shelf
+        self._fence = fence
+        self._lane_of = lane_of
+        self._writer = writer
+        self._lookup_s = lookup_s
+        # A confirmed offset out of range (the copies past it deleted) reads from the first
+        # copy left: the default (latest) would skip those.
+        settings = {
+            "group.id": f"{host.group_id}.tiers",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+        self._consumer = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
+        # Held from a read to its copies being on the shelf (``revoke`` drops them under it).
+        self.lock = threading.Lock()
+        self.loaded: set[int] = set()
+        self.revokes = 0
+        self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
+
+    def load(
+        self, serve: Callable[[], None], stop: threading.Event
+    ) -> dict[Point, tuple[int, str]] | None:
+        """Read the tiers of the partitions held but not loaded up to their ends; return
+        each new tier partition's confirmed point (position and metadata as found), or
+        ``None`` when a revoke came meanwhile (the next poll loads again). Each lookup waits
+        ``lookup_s`` at most and the consumer is served after it, so a slow broker costs a
+        retry, not the lease.
+
+        Raises:
+            KafkaException: A lookup failed (tried again after a backoff).
+        """
+        new = sorted(set(self._host.assigned()) - self.loaded)
+        if not new:
+            return {}
+        tps = [TopicPartition(t, p) for t in self._topics for p in new]
+        looked_up = self._look_up(tps, serve)
+        if looked_up is None:
+            return None  # the lookups may predate the new owner's commits
+        found, ranges = looked_up
+        points: dict[Point, tuple[int, str]] = {}
+        finished: dict[Point, set[int]] = {}
+        committed: dict[tuple[str, int], tuple[int, str]] = {}
+        for tp in found:
+            committed[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+            if tp.offset >= 0 and tp.metadata:
+                where = f"{tp.topic} committed offsets"
+                point = (self._tier_of[tp.topic], tp.partition)
+                finished[point] = decode_finished(tp.offset, tp.metadata, where=where)
+        self._shelf.hold(new, finished)
+        ends: dict[tuple[str, int], int] = {}
+        with self.lock:
+            for tp in tps:
+                key = (tp.topic, tp.partition)
+                low, high = ranges[key]
+                self._ends[key] = high
+                start, metadata = committed.get(key, (-1, ""))
+                tp.offset = start if start >= low else low
+                point = (self._tier_of[tp.topic], tp.partition)
+                points[point] = (tp.offset, metadata if start >= low else "")
+                if high > tp.offset:
+                    ends[key] = high
+            self._consumer.incremental_assign(tps)
+        self.loaded.update(new)
+        self._read_to(ends, serve, stop)
+        self._shelf.release([p for p in new if not self._fence.holds(p)])
+        return points
+
+    def _read_to(
+        self, ends: dict[tuple[str, int], int], serve: Callable[[], None], stop: threading.Event
+    ) -> None:
+        """Read until every tier partition of ``ends`` reached its end (or went)."""
+        while ends and not stop.is_set():
+            if not self.read():
+                stop.wait(READ_S)
+            with self.lock:  # what was consumed is on the shelf: ``read`` holds it
+                at = self._consumer.position([TopicPartition(t, p) for t, p in ends])
+            for tp in at:
+                key = (tp.topic, tp.partition)
+                if tp.offset >= ends[key] or tp.partition not in self.loaded:
+                    del ends[key]  # read to the end, or revoked meanwhile
+            serve()
+
+    def _look_up(
+        self, tps: list[TopicPartition], serve: Callable[[], None]
+    ) -> tuple[list[TopicPartition], dict[tuple[str, int], tuple[int, int]]] | None:
+        """The committed offsets and the log range of tier partitions ``tps``, the consumer
+        served after each lookup; ``None`` when a revoke came meanwhile."""
+        revokes, wait_s = self.revokes, self._lookup_s
+        found = self._host.committed_to(tps, timeout_s=wait_s)
+        serve()
+        # The reader's metadata first: one answered by a node that had restarted and not
+        # caught up can lack a tier partition, and the reader asks again only every few
+        # minutes, while every lookup of it fails with "Unknown partition".
+        for topic in self._topics:
+            with self.lock:
+                self._consumer.list_topics(topic, timeout=wait_s)
+        serve()
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for tp in tps:
+            with self.lock:
+                ranges[(tp.topic, tp.partition)] = self._consumer.get_watermark_offsets(
+                    tp, timeout=wait_s
+                )
+            serve()
+        return None if self.revokes != revokes else (found, ranges)
+
+    def read(self) -> bool:
+        """One read of the tiers: each copy read goes on the shelf before the lock is let go
+        (so ``load`` knows that what was consumed is on the shelf). ``False`` when a copy
+        could not be taken (reported; read again from it later)."""
+        if not self.loaded:
+            return True
+        with self.lock:
+            for msg in self._consumer.consume(500, timeout=READ_S):
+                if msg.error() is not None:
+                    continue
+                try:
+                    self._arrived(msg)
+                except Exception as exc:
+                    where = TopicPartition(
+                        msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+                    )
+                    self._consumer.seek(where)  # this copy and the rest of the batch come again
+                    self._host.report(f"retry tiers: could not take the copy at {where}", exc)
+                    return False
+        return True
+
+    def _arrived(self, msg: Message) -> None:
+        tier = self._tier_of.get(msg.topic() or "")
+        copy = record_from_message(msg)
+        origin = (copy.header(ORIGIN_HEADER) or b"").decode(errors="replace").rsplit("/", 2)
+        if tier is None or len(origin) != 3 or origin[0] != self._host.topic:
+            return
+        try:
+            partition, offset = int(origin[1]), int(origin[2])
+            attempts = int(copy.header(ATTEMPTS_HEADER) or b"0")
+        except ValueError:
+            return
+        if self._another_writer(msg, copy):
+            self._fence.suspect([partition])
+        record = Record(
+            copy.data, key=copy.key, headers=[h for h in copy.headers if h[0] not in OURS]
+        )
+        record.stream, record.partition, record.offset = self._host.topic, partition, offset
+        record.timestamp_ms = copy.timestamp_ms
+        due = (copy.timestamp_ms or 0) / 1000 + self._delays[tier]
+        self._shelf.arrived(tier, copy.offset or 0, record, attempts, due, self._lane_of(record))
+
+    def _another_writer(self, msg: Message, copy: Record) -> bool:
+        """Whether ``copy`` was written by another receiver after this one loaded its tier
+        partition: the partition may have moved to that receiver's member."""
+        if (msg.offset() or 0) < self._ends.get((msg.topic() or "", msg.partition() or 0), 0):
+            return False
+        writer = (copy.header(WRITER_HEADER) or b"").decode(errors="replace")
+        return bool(writer) and writer != self._writer
+
+    def revoke(self, gone: set[int]) -> None:
+        """Stop reading the tiers of revoked source partitions (the lock held by the caller,
+        with the shelf's drop: no copy read before lands after)."""
+        self.revokes += 1
+        gone &= self.loaded
+        self.loaded -= gone
+        if gone:
+            self._consumer.incremental_unassign(
+                [TopicPartition(t, p) for t in self._topics for p in gone]
+            )
+        for end in [k for k in self._ends if k[1] in gone]:
+            del self._ends[end]
+
+    def close(self) -> None:
+        with self.lock:
+            self._consumer.close()

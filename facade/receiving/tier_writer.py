@@ -1,0 +1,285 @@
+"""``TierWriter``: a receiver's writes to its retry tiers (and its dead-letter stream), each
+round one Kafka transaction with the tiers' positions, sent with the group's metadata.
+
+Kafka fences the writes this way (KIP-447): the transaction's offsets carry the member's
+group generation, and a member whose generation is over (it lost its partitions and has not
+heard yet) has them refused, so the transaction aborts and ``read_committed`` readers never
+see its copies; its positions do not move. No question to the group about who owns what is
+needed. A round commits every write queued since the last one, so a copy counts as written
+(its record finished on the source, or moved on in the tiers) only once Kafka committed it.
+
+A write refused for good (an ACL missing, another producer with the transactional id, a
+commit whose outcome stayed unknown) is reported once and stops the receiver: retrying
+cannot help, and the records behind it must not be confirmed past. A refused generation
+holds the tiers' copies (``Fence``) and is tried again, as is any retriable failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer, TopicPartition
+
+from bolide.facade.config import Cluster
+from bolide.facade.errors import TransactionError
+from bolide.facade.kafka import PRODUCER_DEFAULTS, new_client
+from bolide.facade.producer.transactions import Transactions
+from bolide.facade.receiver import refused_for_good
+from bolide.facade.receiving.fence import Fence
+from bolide.facade.record import Record
+
+__all__ = ["GROUP_REFUSALS", "Done", "Offsets", "TierWriter", "Write"]
+
+log = logging.getLogger("bolide.facade.parallel")
+
+#: ``done(error)``: the write committed (``None``), or was given up (the receiver stops).
+Done = Callable[[BaseException | None], None]
+
+#: ``fn(partitions written, proof)``: the offsets to send with a round and what to call once
+#: it commits; ``proof`` asks for offsets even when none moved (the fence needs one).
+Offsets = Callable[[set[int], bool], tuple[list[TopicPartition], Callable[[], None]]]
+
+#: Answers to a transaction's offsets that say the member's generation is over (or moving).
+GROUP_REFUSALS = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+    }
+)
+_BACKOFF_S = (0.1, 1.0)  # after a failed round: the first wait, the longest
+
+
+@dataclass(slots=True, eq=False)
+class Write:
+    """One record to write: ``copy`` to ``topic``, on behalf of source ``partition``."""
+
+    partition: int
+    topic: str
+    copy: Record
+    done: Done
+
+
+class TierWriter:
+    """The transactional writes of one receiver's tiers; one thread runs the rounds.
+
+    Args:
+        cluster: Where the tiers live.
+        transactional_id: The producer's ``transactional.id`` (one per receiver).
+        group_metadata: The subscriber's consumer's group metadata, read for each round.
+        offsets: What each round confirms (the tiers' positions).
+        fence: Held by a refused generation, let go by a committed round.
+        held: The source partitions held now (all of them wait when the group refuses).
+        report: The subscriber's error handler.
+        halt: ``fn(summary, error)``: report a refusal for good and stop the receiver.
+        timeout_s: How long one transactional call may take; the transaction timeout is
+            twice that (a paused member's open transaction is aborted after it).
+        stream: The source stream (for messages).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        transactional_id: str,
+        *,
+        group_metadata: Callable[[], Any],
+        offsets: Offsets,
+        fence: Fence,
+        held: Callable[[], set[int]],
+        report: Callable[[str, BaseException | None], None],
+        halt: Callable[[str, BaseException], None],
+        timeout_s: float,
+        stream: str,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self._group_metadata = group_metadata
+        self._held = held
+        self._report = report
+        self._offsets = offsets
+        self._fence = fence
+        self._halt = halt
+        settings = cluster.client_config(
+            PRODUCER_DEFAULTS,
+            {
+                "client.id": f"bolide-tiers-{stream}",
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": int(2000 * timeout_s),
+            },
+        )
+        self._producer = new_client(Producer, settings, "retry tiers")
+        # Refusals of the transactional id (a missing ACL) are raised here, at attach.
+        self._txn = Transactions(
+            self._producer,
+            transactional_id,
+            stream,
+            timeout_s=timeout_s,
+            transaction_timeout_s=2 * timeout_s,
+        )
+        self._cond = threading.Condition()
+        self._pending: list[Write] = []
+        self._wanted = False  # a round is asked for even without writes
+        self._proof = False  # ... and it must carry offsets
+        self._committed_at = 0.0  # monotonic start of the last round that committed
+        self._failures = 0  # failed rounds in a row
+        self._ended = False  # refused for good, or closed
+        self.rounds = 0  # transactions committed
+        self._thread = threading.Thread(target=self._run, name="bolide-tier-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- asked by the tiers ------------------------------------------------------------------
+
+    def write(self, write: Write) -> None:
+        """Queue ``write`` for the next round (``write.done`` once it committed)."""
+        with self._cond:
+            if self._ended:
+                ended = True
+            else:
+                ended = False
+                self._pending.append(write)
+                self._cond.notify()
+        if ended:
+            write.done(TransactionError("the retry tiers' writer stopped", stream=write.topic))
+
+    def want(self, *, proof: bool = False) -> None:
+        """Ask for a round soon: confirms moved, or (``proof``) the fence waits for one."""
+        with self._cond:
+            self._wanted = True
+            self._proof = self._proof or proof
+            self._cond.notify()
+
+    def flush(self, partitions: Iterable[int], deadline: float) -> bool:
+        """Wait, until the monotonic ``deadline``, for a round begun after this call to
+        commit with no write of ``partitions`` left; ``False`` if none did in time."""
+        parts = set(partitions)
+        asked = time.monotonic()
+        self.want()
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: (
+                    self._ended
+                    or (
+                        self._committed_at > asked
+                        and not any(w.partition in parts for w in self._pending)
+                    )
+                ),
+                max(0.0, deadline - time.monotonic()),
+            )
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        """Forget the writes of revoked ``partitions`` not committed yet: the next owner
+        reads their records again (their ``done`` is never called)."""
+        gone = set(partitions)
+        with self._cond:
+            self._pending = [w for w in self._pending if w.partition not in gone]
+
+    # -- the rounds --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._ended or self._pending or self._wanted, 0.5)
+                if self._ended:
+                    return
+                batch, proof = list(self._pending), self._proof
+                if not batch and not self._wanted:
+                    continue
+                self._wanted = self._proof = False
+            try:
+                self._round(batch, proof)
+            except Exception as exc:
+                self._failed(exc)
+
+    def _round(self, batch: list[Write], proof: bool) -> None:
+        started = time.monotonic()
+        offsets, after = self._offsets({w.partition for w in batch}, proof or bool(batch))
+        if not batch and not offsets:
+            return
+        txn = self._txn
+        txn.begin()
+        try:
+            for write in batch:
+                copy = write.copy
+                self._producer.produce(
+                    write.topic,
+                    value=copy.data,
+                    key=copy.key,
+                    headers=list[tuple[str, str | bytes | None]](copy.headers),
+                    partition=copy.partition if copy.partition is not None else -1,
+                )
+            if offsets:
+                txn.confirm(lambda: (offsets, self._group_metadata(), after))
+        except BaseException:
+            txn.abort()
+            raise
+        txn.commit()
+        with self._cond:
+            done = {id(w) for w in batch}
+            self._pending = [w for w in self._pending if id(w) not in done]
+            self._committed_at = started
+            self._failures = 0
+            self.rounds += 1
+            self._cond.notify_all()
+        self._fence.proven()
+        for write in batch:
+            write.done(None)
+
+    def _failed(self, error: Exception) -> None:
+        """A round failed: stop for good, hold the tiers for a refused generation, or try
+        again after a backoff (reported when the failures in a row reach a power of two)."""
+        if refused_for_good(error) or (isinstance(error, TransactionError) and not error.retriable):
+            self._end(error)
+            return
+        cause = getattr(error, "cause", None)
+        code = cause.code() if isinstance(cause, KafkaError) else None
+        self._failures += 1
+        n = self._failures
+        if code in GROUP_REFUSALS:
+            log.info("retry tiers: the group refused a transaction (%s): copies held", cause)
+            self._fence.suspect(self._held())
+        elif n & (n - 1) == 0:
+            times = "" if n == 1 else f" ({n} times in a row)"
+            self._report(f"retry tiers: a write failed{times}; trying again", error)
+        wait = min(_BACKOFF_S[1], _BACKOFF_S[0] * 2.0 ** min(n - 1, 16))
+        with self._cond:
+            self._wanted = True
+            self._cond.wait_for(lambda: self._ended, wait)
+
+    def _end(self, error: BaseException) -> None:
+        with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            pending, self._pending = self._pending, []
+            self._cond.notify_all()
+        self._halt(
+            "retry tiers: the broker refuses their writes for good; the receiver stops "
+            "(records not written are not confirmed)",
+            error,
+        )
+        for write in pending:
+            write.done(error)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the rounds (after the one running) and close the producer; writes not
+        committed are dropped (their records are not confirmed: read again)."""
+        with self._cond:
+            self._ended = True
+            self._pending = []
+            self._cond.notify_all()
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
+        try:
+            self._txn.close()  # an open transaction is aborted
+        except Exception as exc:
+            log.debug("retry tiers: closing the transactions failed: %r", exc)
+        self._producer.flush(0)
