@@ -82,7 +82,7 @@ class TierWriter:
         halt: ``fn(summary, error)``: report a refusal for good and stop the receiver.
         timeout_s: How long one transactional call may take; the transaction timeout is
             twice that (a paused member's open transaction is aborted after it).
-        stream: The source stream (for messages).
+        streams: The streams written, for messages (an ACL refused names them).
     """
 
     def __init__(
@@ -97,7 +97,7 @@ class TierWriter:
         report: Callable[[str, BaseException | None], None],
         halt: Callable[[str, BaseException], None],
         timeout_s: float,
-        stream: str,
+        streams: str,
     ) -> None:
         self.transactional_id = transactional_id
         self._group_metadata = group_metadata
@@ -109,7 +109,7 @@ class TierWriter:
         settings = cluster.client_config(
             PRODUCER_DEFAULTS,
             {
-                "client.id": f"bolide-tiers-{stream}",
+                "client.id": f"bolide-tiers-{transactional_id}",
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": int(2000 * timeout_s),
             },
@@ -119,7 +119,7 @@ class TierWriter:
         self._txn = Transactions(
             self._producer,
             transactional_id,
-            stream,
+            streams,
             timeout_s=timeout_s,
             transaction_timeout_s=2 * timeout_s,
         )

@@ -136,7 +136,12 @@ class RetryTiers:
                 report=host.report,
                 halt=halt,
                 timeout_s=max(5.0, min(30.0, lease_s)),
-                stream=host.topic,
+                streams=", ".join(
+                    [
+                        *self.topics,
+                        *([self._sink.stream] if self._sink and self._sink.stream else []),
+                    ]
+                ),
             )
         except BaseException:
             _release(self._id)

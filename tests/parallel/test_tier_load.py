@@ -23,7 +23,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.receiving import tiers as tiers_module
+from bolide.facade.receiving import tier_reader as reader_module
 from tests.conftest import eventually
 from tests.parallel.conftest import LEASE_MS, fresh_group
 
@@ -48,7 +48,7 @@ def test_a_failing_load_backs_off_is_reported_sparingly_and_recovers(
     cluster, stream_factory, monkeypatch
 ):
     stream = stream_factory()
-    monkeypatch.setattr(tiers_module, "Consumer", _FailingReader)
+    monkeypatch.setattr(reader_module, "Consumer", _FailingReader)
     monkeypatch.setattr(_FailingReader, "asked", [])
     _FailingReader.failing.set()
     reports: list[str] = []

@@ -140,30 +140,50 @@ def test_a_tier_call_running_at_a_graceful_revoke_is_waited_for(cluster, stream_
 
 
 @needs_kafka
-@pytest.mark.parametrize(
-    "writes_elsewhere",
-    [
-        # Without WRITE anywhere the tier's idempotent producer gets no producer id: the
-        # broker answers "cluster authorization failed" for every copy.
-        pytest.param(False, id="no-write-anywhere"),
-        # With WRITE on the dead-letter stream it gets one (Kafka 3.0+), and each copy is
-        # refused by the tier topic's ACL.
-        pytest.param(True, id="write-on-the-dead-letter-stream"),
-    ],
-)
+def test_retry_tiers_without_their_transactional_id_acl_are_refused_at_attach(
+    secured: EmbeddedBroker,  # noqa: F811
+    user_factory: UserFactory,  # noqa: F811
+) -> None:
+    """The tiers write in Kafka transactions: a user without WRITE on their transactional id
+    learns it from ``attach_receiver``, with the ACL to grant, before anything is read."""
+    name = f"orders-tier-no-txn-{uuid.uuid4().hex[:8]}"
+    stream = new_stream(secured, name)
+    tier = new_stream(secured, f"{name}.tier")
+    group = f"tier-no-txn-{uuid.uuid4().hex[:8]}"
+    user = user_factory(
+        [
+            (ResourceType.TOPIC, stream.name, AclOperation.READ),
+            (ResourceType.GROUP, group, AclOperation.READ),
+            (ResourceType.TOPIC, tier.name, AclOperation.READ),
+            (ResourceType.TOPIC, tier.name, AclOperation.WRITE),
+        ]
+    )
+    config = SubscriberConfig(stream=stream, group=group, lease_timeout_ms=LEASE_MS)
+    retry = Retry(
+        attempts=1,
+        tiers=[RetryTier(delay_s=0.2, stream=tier.name)],
+        transactional_id=f"{group}.tiers-txn",
+    )
+    with Subscriber(user, config) as sub:
+        with pytest.raises(AuthorizationError, match="transactional id") as caught:
+            sub.attach_receiver(lambda record: None, concurrency=2, retry=retry)
+        assert caught.value.resource == f"{group}.tiers-txn"
+
+
+@needs_kafka
 def test_a_tier_copy_the_broker_refuses_is_reported_once_and_stops_the_receiver(
     secured: EmbeddedBroker,  # noqa: F811
     user_factory: UserFactory,  # noqa: F811
-    writes_elsewhere: bool,
 ) -> None:
-    """A user may read the source and the tier stream but not write to the tier: record 1
-    fails in the worker and its copy is refused. That answer comes back the same on every
-    try: it is reported once and the receiver stops, the source not confirmed past 1."""
+    """A user may read the source and the tier stream, and use the tiers' transactional id,
+    but not write to the tier: record 1 fails in the worker and its copy is refused. That
+    answer comes back the same on every try: it is reported once and the receiver stops, the
+    source not confirmed past 1."""
     name = f"orders-tier-refused-{uuid.uuid4().hex[:8]}"
     stream = new_stream(secured, name)
     tier = new_stream(secured, f"{name}.tier")  # made by the super user: the user cannot
-    dead = new_stream(secured, f"{name}.dead")  # never written to: the copy comes first
     group = f"tier-refused-{uuid.uuid4().hex[:8]}"
+    transactional_id = f"{group}.tiers-txn"
     user = user_factory(
         [
             (ResourceType.TOPIC, stream.name, AclOperation.READ),
@@ -171,7 +191,8 @@ def test_a_tier_copy_the_broker_refuses_is_reported_once_and_stops_the_receiver(
             (ResourceType.TOPIC, tier.name, AclOperation.READ),  # READ only, no WRITE
             # The tiers' own reader (assigned by hand) looks up its group's coordinator.
             (ResourceType.GROUP, f"{group}.tiers", AclOperation.READ),
-            *([(ResourceType.TOPIC, dead.name, AclOperation.WRITE)] if writes_elsewhere else []),
+            (ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE),
+            (ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.DESCRIBE),
         ]
     )
     with Publisher(secured.cluster(), PublisherConfig(stream=stream)) as pub:
@@ -200,21 +221,19 @@ def test_a_tier_copy_the_broker_refuses_is_reported_once_and_stops_the_receiver(
     config = SubscriberConfig(
         stream=stream, group=group, lease_timeout_ms=LEASE_MS, error_handler=report
     )
-    retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2, stream=tier.name)])
-    dead_letter = Publisher(user, PublisherConfig(stream=dead)) if writes_elsewhere else None
-    try:
-        with Subscriber(user, config) as sub:
-            receiver = sub.attach_receiver(
-                handler, concurrency=2, retry=retry, dead_letter=dead_letter
-            )
-            eventually(lambda: handled == {0, 2}, 120)
-            eventually(refusals, 120)
-            # Stopped after one report, or (the defect) reported again a few seconds later.
-            eventually(lambda: len(refusals()) >= 2 or not receiver.running, 120)
-            assert len(refusals()) == 1, f"the refused copy was reported again: {refusals()}"
-            assert not receiver.running, "the receiver goes on after a refusal for good"
-    finally:
-        if dead_letter is not None:
-            dead_letter.close()
+    retry = Retry(
+        attempts=1,
+        backoff_s=0,
+        tiers=[RetryTier(delay_s=0.2, stream=tier.name)],
+        transactional_id=transactional_id,
+    )
+    with Subscriber(user, config) as sub:
+        receiver = sub.attach_receiver(handler, concurrency=2, retry=retry)
+        eventually(lambda: handled == {0, 2}, 120)
+        eventually(refusals, 120)
+        # Stopped after one report, or (the defect) reported again a few seconds later.
+        eventually(lambda: len(refusals()) >= 2 or not receiver.running, 120)
+        assert len(refusals()) == 1, f"the refused copy was reported again: {refusals()}"
+        assert not receiver.running, "the receiver goes on after a refusal for good"
     position = committed(secured.cluster(), group, stream.name)[0]
     assert position <= failing, f"the source was confirmed past the refused record: {position}"
