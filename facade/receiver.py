@@ -106,6 +106,12 @@ class ReceiverHost(StreamReader, Protocol):
         """Tell the subscriber's error handler (or the log)."""
         ...
 
+    def holding(self, partition: int) -> int | None:
+        """The id of the assignment that holds ``partition`` (``None`` when not held): a
+        partition revoked and assigned again is held by another (a revoke heard from
+        another thread comes before the partition leaves ``assigned``)."""
+        ...
+
     def confirm_finished(self, offset: int, partition: int) -> None:
         """Confirm ``partition`` up to ``offset``, every record at and below it finished.
 

@@ -200,6 +200,10 @@ class ReceiverSeat:
         """The partitions the subscriber holds now."""
         return self._assigned
 
+    def holding(self, partition: int) -> int | None:
+        """The id of the assignment that holds ``partition`` (``None`` when not held)."""
+        return self._state.holding(partition)
+
     def committed_to(
         self, partitions: list[TopicPartition], timeout_s: float = 30.0
     ) -> list[TopicPartition]:

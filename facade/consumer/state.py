@@ -81,6 +81,11 @@ class PartitionState:
         """The partitions held (a live view)."""
         return self._assigned
 
+    def holding(self, partition: int) -> int | None:
+        """The id of the assignment that holds ``partition`` (``None`` when not held): one
+        revoked and assigned again is held by another."""
+        return self._epoch.get(partition)
+
     def nexts(self) -> Mapping[int, int]:
         """The next offset to deliver, per partition (a live view)."""
         return self._views[0]

@@ -304,17 +304,29 @@ class Shelf:
                 if partition in partitions and lane.entries:
                     self._maybe_ready(lane.entries[0])
 
-    def confirm_points(self) -> dict[tuple[int, int], tuple[int, list[int]]]:
+    def confirm_points(
+        self, read_to: Mapping[tuple[int, int], int] | None = None
+    ) -> dict[tuple[int, int], tuple[int, list[int]]]:
         """Per (tier, partition) read with a copy finished: the position to confirm (its
         first unfinished copy, or past its last) and the finished copies above it. Read at
         once for every tier: a copy counted was finished after every earlier copy of its
-        key, which is counted too (or below its position)."""
+        key, which is counted too (or below its position). ``read_to``: the tiers' reader's
+        positions, everything consumed below them on the shelf: a tier partition with no
+        unfinished copy is confirmed up to there, past the transaction markers that follow
+        its copies (so its lag reads 0)."""
+        read_to = read_to or {}
         with self.lock:
-            return {
-                k: (t.frontier(), sorted(t.done))
-                for k, t in self._tracks.items()
-                if t.done or t.frontier() > t.first
-            }
+            points: dict[tuple[int, int], tuple[int, list[int]]] = {}
+            for k, t in self._tracks.items():
+                position = t.frontier()
+                if not t.unfinished and read_to.get(k, 0) > position:
+                    position = read_to[k]
+                if t.done or position > t.first:
+                    points[k] = (position, sorted(t.done))
+            for k, position in read_to.items():
+                if k not in self._tracks and k[1] in self._owned and k[1] not in self._loading:
+                    points[k] = (position, [])
+            return points
 
     def drop(self, partitions: list[int]) -> None:
         """Forget the lanes and tier offsets of revoked source ``partitions``."""

@@ -84,6 +84,10 @@ class TierReader:
         self.loaded: set[int] = set()
         self.revokes = 0
         self._ends: dict[tuple[str, int], int] = {}  # tier partition: its end when loaded
+        # Partitions revoked, with the assignment that held them: a revoke heard from another
+        # thread (``deactivate``) comes before they leave ``assigned``, and that assignment's
+        # tiers must not be loaded again meanwhile; a new assignment's are.
+        self._revoked: dict[int, int | None] = {}
 
     def load(
         self, serve: Callable[[], None], stop: threading.Event
@@ -97,7 +101,12 @@ class TierReader:
         Raises:
             KafkaException: A lookup failed (tried again after a backoff).
         """
-        new = sorted(set(self._host.assigned()) - self.loaded)
+        host, revoked = self._host, self._revoked
+        new = sorted(
+            p
+            for p in set(host.assigned()) - self.loaded
+            if p not in revoked or revoked[p] != host.holding(p)
+        )
         if not new:
             return {}
         tps = [TopicPartition(t, p) for t in self._topics for p in new]
@@ -129,6 +138,8 @@ class TierReader:
                     ends[key] = high
             self._consumer.incremental_assign(tps)
         self.loaded.update(new)
+        for p in new:
+            self._revoked.pop(p, None)
         self._read_to(ends, serve, stop)
         self._shelf.release([p for p in new if not self._fence.holds(p)])
         return points
@@ -214,6 +225,16 @@ class TierReader:
         due = (copy.timestamp_ms or 0) / 1000 + self._delays[tier]
         self._shelf.arrived(tier, copy.offset or 0, record, attempts, due, self._lane_of(record))
 
+    def positions(self) -> dict[Point, int]:
+        """Where the reader stands in each tier partition it reads (the lock held by the
+        caller: what it consumed below is on the shelf)."""
+        tps = [TopicPartition(t, p) for t in self._topics for p in sorted(self.loaded)]
+        return {
+            (self._tier_of[tp.topic], tp.partition): tp.offset
+            for tp in self._consumer.position(tps)
+            if tp.offset >= 0
+        }
+
     def _another_writer(self, msg: Message, copy: Record) -> bool:
         """Whether ``copy`` was written by another receiver after this one loaded its tier
         partition: the partition may have moved to that receiver's member."""
@@ -226,6 +247,8 @@ class TierReader:
         """Stop reading the tiers of revoked source partitions (the lock held by the caller,
         with the shelf's drop: no copy read before lands after)."""
         self.revokes += 1
+        for p in gone:
+            self._revoked[p] = self._host.holding(p)
         gone &= self.loaded
         self.loaded -= gone
         if gone:

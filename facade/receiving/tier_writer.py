@@ -131,6 +131,7 @@ class TierWriter:
         self._failures = 0  # failed rounds in a row
         self._ended = False  # refused for good, or closed
         self.rounds = 0  # transactions committed
+        self.rounds_with_writes = 0  # ... that carried writes
         self._thread = threading.Thread(target=self._run, name="bolide-tier-writer", daemon=True)
 
     def start(self) -> None:
@@ -228,6 +229,7 @@ class TierWriter:
             self._committed_at = started
             self._failures = 0
             self.rounds += 1
+            self.rounds_with_writes += bool(batch)
             self._cond.notify_all()
         self._fence.proven()
         for write in batch:

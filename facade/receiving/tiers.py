@@ -494,11 +494,14 @@ class RetryTiers:
         With ``proof`` (writes, or the fence waiting) the round carries offsets even when
         none moved: the last confirm of the tier partitions written (or of any held), sent
         again, is what Kafka checks the group's generation on."""
+        with self.reader.lock:  # what the reader consumed is on the shelf
+            read_to = self.reader.positions()
+            found = self.shelf.confirm_points(read_to)
         with self._confirm_lock:
             held = self._host.assigned()
             points = {
                 k: point
-                for k, point in self.shelf.confirm_points().items()
+                for k, point in found.items()
                 if k[1] in held and k[1] in self.reader.loaded and not self.fence.holds(k[1])
             }
             moved, unfit = to_confirm(points, self._confirmed)

@@ -2,17 +2,21 @@
 campaign (``par``): a member paused past its lease woke up and, before its rebalance told it
 that it had lost the partition, its tiers' thread ran copies that the partition's new owner
 had written meanwhile; the key's records in between were handled later by other owners, out
-of order. The same happens to a member whose application stops polling past its lease. And
-a group that cannot be asked who owns a partition must not stop the tiers."""
+of order. The same happens to a member whose application stops polling past its lease. Its
+writes are fenced by Kafka (their transactions carry its ended generation); a copy another
+writer made holds the partition until this member proves its own generation."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier, StreamConfig
+from bolide.facade.kafka import probe_consumer
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER
 from tests.conftest import eventually
 from tests.parallel.conftest import fresh_group
@@ -137,3 +141,77 @@ def test_a_copy_of_another_writer_runs_once_the_member_proves_its_generation(
         assert not receiver._tiers.fence.holds(0)
     finally:
         member.close()
+
+
+def test_a_member_past_its_lease_writes_no_copy(cluster, stream_factory, monkeypatch):
+    """Member A stops polling past its lease while its handler runs record 0; B takes the
+    partition over and handles record 0. Then A's call of record 0 fails: A moves it to the
+    tier, in a transaction whose offsets carry A's ended generation. Kafka refuses them, the
+    transaction aborts, and no ``read_committed`` reader (B's tiers) ever sees the copy."""
+    stream = stream_factory()
+    tier = f"{stream.name}.tier"
+    group = fresh_group()
+    started, fail = threading.Event(), threading.Event()
+    b_calls = Calls()
+
+    def a_handler(record: Record) -> None:
+        started.set()
+        fail.wait(120)
+        raise RuntimeError("fails after its partition moved")
+
+    a, b = grouped(cluster, stream, group), None
+    release = threading.Event()
+    retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.2, stream=tier)])
+    try:
+        a_receiver = a.attach_receiver(a_handler, concurrency=2, retry=retry)
+        with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+            pub.publish_async(Record(b"0", key=b"k")).result(60)
+        assert started.wait(60)  # A runs record 0
+        real_poll, real_serve = a.poll, a.is_assigned
+
+        def held_poll(timeout_ms: int):  # A's application stops polling
+            release.wait()
+            return real_poll(timeout_ms)
+
+        def held_serve() -> bool:
+            release.wait()
+            return real_serve()
+
+        monkeypatch.setattr(a, "poll", held_poll)
+        monkeypatch.setattr(a, "is_assigned", held_serve)
+        b = grouped(cluster, stream, group)
+        b.attach_receiver(b_calls, concurrency=2, retry=retry)
+        eventually(lambda: b_calls.seen() == [0], 120)  # A's lease ran out: B has record 0
+        writer = a_receiver._tiers.writer
+        fail.set()  # A's call fails now: it moves the record to the tier, a zombie
+        eventually(lambda: writer._failures >= 2, 60)  # its transactions are refused
+        assert writer.rounds_with_writes == 0
+        assert tier_records(cluster, tier, "read_committed") == []
+        assert tier_records(cluster, tier, "read_uncommitted"), "A never tried to write"
+        assert a_receiver._tiers.fence.holds(0)
+    finally:
+        release.set()
+        fail.set()
+        if b is not None:
+            b.close()
+        a.close()
+
+
+def tier_records(cluster, topic: str, isolation: str) -> list[bytes | None]:
+    """The values in partition 0 of ``topic``, read to its end at ``isolation``."""
+    reader = probe_consumer(cluster, **{"isolation.level": isolation})
+    try:
+        high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+        reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            at = reader.position([TopicPartition(topic, 0)])[0].offset
+            if at >= high:
+                break
+            for msg in reader.consume(100, timeout=0.2):
+                if msg.error() is None:
+                    values.append(msg.value())
+        return values
+    finally:
+        reader.close()
