@@ -8,10 +8,13 @@ see its copies; its positions do not move. No question to the group about who ow
 needed. A round commits every write queued since the last one, so a copy counts as written
 (its record finished on the source, or moved on in the tiers) only once Kafka committed it.
 
-A write refused for good (an ACL missing, another producer with the transactional id, a
-commit whose outcome stayed unknown) is reported once and stops the receiver: retrying
-cannot help, and the records behind it must not be confirmed past. A refused generation
-holds the tiers' copies (``Fence``) and is tried again, as is any retriable failure.
+A write refused for good (an ACL missing, the credentials refused, another running receiver
+with the transactional id) is reported once and stops the receiver: retrying cannot help,
+and the records behind it must not be confirmed past. A producer fenced by the coordinator
+(a member paused past the transaction timeout), a commit whose outcome stayed unknown or a
+fatal producer error builds the producer again, which finishes or aborts what the last one
+left open. A refused generation holds the tiers' copies (``Fence``) and is tried again, as
+is any retriable failure.
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from bolide.facade.config import Cluster
-from bolide.facade.errors import TransactionError
+from bolide.facade.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    ProducerFencedError,
+    TransactionError,
+    TransactionInDoubtError,
+)
 from bolide.facade.kafka import PRODUCER_DEFAULTS, new_client
 from bolide.facade.producer.transactions import Transactions
-from bolide.facade.receiver import refused_for_good
 from bolide.facade.receiving.fence import Fence
 from bolide.facade.record import Record
 
@@ -56,6 +64,7 @@ GROUP_REFUSALS = frozenset(
     }
 )
 _BACKOFF_S = (0.1, 1.0)  # after a failed round: the first wait, the longest
+_RENEWALS, _RENEWAL_WINDOW_S = 5, 60.0  # producers built again within the window, at most
 
 
 @dataclass(slots=True, eq=False)
@@ -106,7 +115,7 @@ class TierWriter:
         self._offsets = offsets
         self._fence = fence
         self._halt = halt
-        settings = cluster.client_config(
+        self._settings = cluster.client_config(
             PRODUCER_DEFAULTS,
             {
                 "client.id": f"bolide-tiers-{transactional_id}",
@@ -114,15 +123,11 @@ class TierWriter:
                 "transaction.timeout.ms": int(2000 * timeout_s),
             },
         )
-        self._producer = new_client(Producer, settings, "retry tiers")
+        self._streams = streams
+        self._timeout_s = timeout_s
+        self._renewals: list[float] = []  # monotonic times the producer was built again
         # Refusals of the transactional id (a missing ACL) are raised here, at attach.
-        self._txn = Transactions(
-            self._producer,
-            transactional_id,
-            streams,
-            timeout_s=timeout_s,
-            transaction_timeout_s=2 * timeout_s,
-        )
+        self._producer, self._txn = self._new_producer()
         self._cond = threading.Condition()
         self._pending: list[Write] = []
         self._wanted = False  # a round is asked for even without writes
@@ -136,6 +141,24 @@ class TierWriter:
 
     def start(self) -> None:
         self._thread.start()
+
+    def _new_producer(self) -> tuple[Producer, Transactions]:
+        """A transactional producer with the id; its ``init_transactions`` fences an earlier
+        one and finishes or aborts that one's open transaction.
+
+        Raises:
+            AuthorizationError: The user may not use the transactional id.
+            TransactionError: Initialising failed.
+        """
+        producer = new_client(Producer, dict(self._settings), "retry tiers")
+        txn = Transactions(
+            producer,
+            self.transactional_id,
+            self._streams,
+            timeout_s=self._timeout_s,
+            transaction_timeout_s=2 * self._timeout_s,
+        )
+        return producer, txn
 
     # -- asked by the tiers ------------------------------------------------------------------
 
@@ -236,16 +259,25 @@ class TierWriter:
             write.done(None)
 
     def _failed(self, error: Exception) -> None:
-        """A round failed: stop for good, hold the tiers for a refused generation, or try
-        again after a backoff (reported when the failures in a row reach a power of two)."""
-        if refused_for_good(error) or (isinstance(error, TransactionError) and not error.retriable):
+        """A round failed: stop for good (an ACL, the credentials), build the producer again
+        (it was fenced, its commit stayed in doubt, or it hit a fatal error: a member paused
+        past the transaction timeout has its transaction aborted and its producer fenced by
+        the coordinator), hold the tiers for a refused generation, or try again after a
+        backoff (reported when the failures in a row reach a power of two). The writes of
+        the failed round stay queued for the next."""
+        if isinstance(error, (AuthorizationError, AuthenticationError)):
             self._end(error)
             return
         cause = getattr(error, "cause", None)
         code = cause.code() if isinstance(cause, KafkaError) else None
         self._failures += 1
         n = self._failures
-        if code in GROUP_REFUSALS:
+        ended = isinstance(error, TransactionError) and (
+            isinstance(error, (ProducerFencedError, TransactionInDoubtError)) or not error.retriable
+        )
+        if ended or (isinstance(cause, KafkaError) and cause.fatal()):
+            self._renew(error)
+        elif code in GROUP_REFUSALS:
             log.info("retry tiers: the group refused a transaction (%s): copies held", cause)
             self._fence.suspect(self._held())
         elif n & (n - 1) == 0:
@@ -255,6 +287,27 @@ class TierWriter:
         with self._cond:
             self._wanted = True
             self._cond.wait_for(lambda: self._ended, wait)
+
+    def _renew(self, error: Exception) -> None:
+        """Build the producer again after ``error`` ended it; stop for good when that keeps
+        happening (``_RENEWALS`` times within ``_RENEWAL_WINDOW_S``: another running
+        receiver uses the transactional id, each fencing the other)."""
+        now = time.monotonic()
+        self._renewals = [t for t in self._renewals if now - t < _RENEWAL_WINDOW_S] + [now]
+        if len(self._renewals) > _RENEWALS:
+            self._end(error)
+            return
+        log.warning("retry tiers: their producer ended (%s); building it again", error)
+        try:
+            self._txn.close()
+        except Exception as exc:
+            log.debug("retry tiers: closing the ended producer failed: %r", exc)
+        try:
+            self._producer, self._txn = self._new_producer()
+        except (AuthorizationError, AuthenticationError) as exc:
+            self._end(exc)
+        except Exception as exc:  # the broker away: tried again on the next failed round
+            self._report("retry tiers: building their producer again failed", exc)
 
     def _end(self, error: BaseException) -> None:
         with self._cond:
