@@ -107,7 +107,9 @@ def failing_rate(cluster: Cluster, stream: StreamConfig, count: int, every: int)
         group=f"bench-retries-{time.time_ns()}",
         initial_offset_scheme=InitialOffsetScheme.EARLIEST,
     )
-    retry = Retry(attempts=1, backoff_s=0, tiers=[RetryTier(delay_s=0.001)])
+    # A tier of its own: a tier stream is read from its start by a group new to it.
+    tier = RetryTier(delay_s=0.001, stream=f"{stream.name}.tier-{time.time_ns()}")
+    retry = Retry(attempts=1, backoff_s=0, tiers=[tier])
     with Subscriber(cluster, config) as sub:
         sub.attach_receiver(handler, concurrency=8, retry=retry)
         if not done.wait(_TIMEOUT_S):

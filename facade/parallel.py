@@ -380,7 +380,7 @@ class ParallelReceiver(Receiver):
         finally:
             board.stop()
             if self._tiers is not None:
-                self._tiers.close()
+                self._tiers.close(min(self._deadline, time.monotonic() + 5.0))
             sub.hand_back()
 
     # -- confirms and revokes ----------------------------------------------------------------

@@ -23,47 +23,59 @@ class Fence:
     """The held partitions of one receiver's tiers; every method takes its lock.
 
     Args:
-        hold: ``fn(partitions)``: stop running their copies (the shelf's ``hold``).
-        release: ``fn(partitions)``: run them again (the shelf's ``release``).
+        hold: ``fn(partitions)``: stop running their copies (the shelf's ``fence``).
+        release: ``fn(partitions)``: run them again (the shelf's ``unfence``).
         prove: Asks the tiers' writer for a transaction soon (a proof, if nothing else).
     """
 
     def __init__(
         self,
-        hold: Callable[[list[int]], None],
-        release: Callable[[list[int]], None],
+        hold: Callable[[Iterable[int]], None],
+        release: Callable[[Iterable[int]], None],
         prove: Callable[[], None],
     ) -> None:
         self._lock = threading.Lock()
         self._hold = hold
         self._release = release
         self._prove = prove
-        self._held: set[int] = set()
+        self._seq = 0  # suspicions so far
+        self._held: dict[int, int] = {}  # partition: the suspicion that holds it
 
     def suspect(self, partitions: Iterable[int]) -> None:
         """Another writer's copy of ``partitions`` arrived, or a transaction was refused:
-        hold them until a transaction commits."""
+        hold them until a transaction whose offsets went out after this commits."""
         with self._lock:
-            fresh = sorted(set(partitions) - self._held)
-            self._held.update(fresh)
+            self._seq += 1
+            fresh = sorted(set(partitions) - set(self._held))
+            for p in fresh:
+                self._held[p] = self._seq
             if fresh:
                 self._hold(fresh)
         self._prove()
+
+    def mark(self) -> int:
+        """The suspicions so far: a round notes it before it sends its offsets."""
+        with self._lock:
+            return self._seq
 
     def holds(self, partition: int) -> bool:
         """Whether ``partition``'s copies wait for a proof."""
         with self._lock:
             return partition in self._held
 
-    def proven(self) -> None:
-        """A transaction with the group's metadata committed: this member's generation is
-        current, the partitions it holds are its own."""
+    def proven(self, mark: int) -> None:
+        """A transaction whose offsets (with the group's metadata) went out after suspicion
+        ``mark`` committed: this member's generation was current then, the partitions
+        suspected until that mark are its own. Later suspicions wait for a later round."""
         with self._lock:
-            held, self._held = sorted(self._held), set()
-            if held:
-                self._release(held)
+            free = sorted(p for p, seq in self._held.items() if seq <= mark)
+            for p in free:
+                del self._held[p]
+            if free:
+                self._release(free)
 
     def forget(self, partitions: Iterable[int]) -> None:
         """``partitions`` were revoked: their copies were dropped with them."""
         with self._lock:
-            self._held.difference_update(partitions)
+            for p in partitions:
+                self._held.pop(p, None)

@@ -97,6 +97,7 @@ class Shelf:
         self._ticket = itertools.count()
         self._loading: set[int] = set()  # source partitions whose tiers are still being read
         self._owned: set[int] = set()  # source partitions held (from ``hold`` to ``drop``)
+        self._fenced: set[int] = set()  # source partitions whose copies wait for a proof
         # (tier, partition): the position confirmed and the copies confirmed finished above it
         self._confirmed: dict[tuple[int, int], tuple[int, frozenset[int]]] = {}
         self._finished: dict[tuple[int, int], set[int]] = {}  # the same, found on ``hold``
@@ -211,6 +212,7 @@ class Shelf:
                     if (
                         entry.dropped
                         or entry.partition in self._loading
+                        or entry.partition in self._fenced
                         or lane is None
                         or lane.running
                         or not lane.entries
@@ -304,6 +306,21 @@ class Shelf:
                 if partition in partitions and lane.entries:
                     self._maybe_ready(lane.entries[0])
 
+    def fence(self, partitions: Iterable[int]) -> None:
+        """No copy of ``partitions`` starts until ``unfence`` (the ``Fence``'s hold, apart
+        from the loads' and revokes')."""
+        with self.lock:
+            self._fenced.update(partitions)
+
+    def unfence(self, partitions: Iterable[int]) -> None:
+        """The ``Fence`` lets ``partitions`` go: their lanes' heads may run again."""
+        parts = set(partitions)
+        with self.lock:
+            self._fenced -= parts
+            for (partition, _), lane in self._lanes.items():
+                if partition in parts and lane.entries:
+                    self._maybe_ready(lane.entries[0])
+
     def confirm_points(
         self, read_to: Mapping[tuple[int, int], int] | None = None
     ) -> dict[tuple[int, int], tuple[int, list[int]]]:
@@ -346,6 +363,7 @@ class Shelf:
                 self._parked.pop(partition, None)
             self._loading -= gone
             self._owned -= gone
+            self._fenced -= gone
 
     def counts(self) -> tuple[int, int]:
         """Records on the shelf, and keys (lanes) parked."""

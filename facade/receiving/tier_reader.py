@@ -190,19 +190,27 @@ class TierReader:
         if not self.loaded:
             return True
         with self.lock:
-            for msg in self._consumer.consume(500, timeout=READ_S):
+            msgs = self._consumer.consume(500, timeout=READ_S)
+            for index, msg in enumerate(msgs):
                 if msg.error() is not None:
                     continue
                 try:
                     self._arrived(msg)
                 except Exception as exc:
-                    where = TopicPartition(
-                        msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-                    )
-                    self._consumer.seek(where)  # this copy and the rest of the batch come again
-                    self._host.report(f"retry tiers: could not take the copy at {where}", exc)
+                    self._again(msgs[index:])
+                    where = f"{msg.topic()}[{msg.partition()}] at {msg.offset()}"
+                    self._host.report(f"retry tiers: could not take the copy of {where}", exc)
                     return False
         return True
+
+    def _again(self, msgs: list[Message]) -> None:
+        """Read ``msgs`` again: each tier partition from its first one (the lock held)."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            if msg.error() is None:
+                first.setdefault((msg.topic() or "", msg.partition() or 0), msg.offset() or 0)
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
 
     def _arrived(self, msg: Message) -> None:
         tier = self._tier_of.get(msg.topic() or "")

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from bolide.facade.config import Cluster
 from bolide.facade.errors import (
@@ -64,7 +64,12 @@ GROUP_REFUSALS = frozenset(
     }
 )
 _BACKOFF_S = (0.1, 1.0)  # after a failed round: the first wait, the longest
+_ROUND_MAX = 1_000  # writes in one transaction, at most (the producer's queue holds them)
 _RENEWALS, _RENEWAL_WINDOW_S = 5, 60.0  # producers built again within the window, at most
+
+
+class _Unwritable(TransactionError):
+    """A write the producer refuses by itself, whatever the broker says."""
 
 
 @dataclass(slots=True, eq=False)
@@ -86,7 +91,10 @@ class TierWriter:
         group_metadata: The subscriber's consumer's group metadata, read for each round.
         offsets: What each round confirms (the tiers' positions).
         fence: Held by a refused generation, let go by a committed round.
-        held: The source partitions held now (all of them wait when the group refuses).
+        held: The source partitions whose tiers are read now (all of them wait when the
+            group refuses).
+        alive: Whether a source partition's writes may still go out (it is held and its
+            tiers read): a revoked one's are dropped at the next round.
         report: The subscriber's error handler.
         halt: ``fn(summary, error)``: report a refusal for good and stop the receiver.
         timeout_s: How long one transactional call may take; the transaction timeout is
@@ -103,6 +111,7 @@ class TierWriter:
         offsets: Offsets,
         fence: Fence,
         held: Callable[[], set[int]],
+        alive: Callable[[int], bool],
         report: Callable[[str, BaseException | None], None],
         halt: Callable[[str, BaseException], None],
         timeout_s: float,
@@ -111,6 +120,7 @@ class TierWriter:
         self.transactional_id = transactional_id
         self._group_metadata = group_metadata
         self._held = held
+        self._alive = alive
         self._report = report
         self._offsets = offsets
         self._fence = fence
@@ -214,7 +224,9 @@ class TierWriter:
                 self._cond.wait_for(lambda: self._ended or self._pending or self._wanted, 0.5)
                 if self._ended:
                     return
-                batch, proof = list(self._pending), self._proof
+                alive = self._alive
+                self._pending = [w for w in self._pending if alive(w.partition)]
+                batch, proof = self._pending[:_ROUND_MAX], self._proof
                 if not batch and not self._wanted:
                     continue
                 self._wanted = self._proof = False
@@ -226,24 +238,22 @@ class TierWriter:
     def _round(self, batch: list[Write], proof: bool) -> None:
         started = time.monotonic()
         offsets, after = self._offsets({w.partition for w in batch}, proof or bool(batch))
-        if not batch and not offsets:
+        if not offsets:
+            if batch:  # no offset to fence them by: their partitions went meanwhile
+                self._cond_wait(0.1)
             return
+        mark = self._fence.mark()
         txn = self._txn
         txn.begin()
         try:
             for write in batch:
-                copy = write.copy
-                self._producer.produce(
-                    write.topic,
-                    value=copy.data,
-                    key=copy.key,
-                    headers=list[tuple[str, str | bytes | None]](copy.headers),
-                    partition=copy.partition if copy.partition is not None else -1,
-                )
-            if offsets:
-                txn.confirm(lambda: (offsets, self._group_metadata(), after))
-        except BaseException:
-            txn.abort()
+                self._produce(write)
+            txn.confirm(lambda: (offsets, self._group_metadata(), after))
+        except BaseException as exc:
+            try:
+                txn.abort()
+            except Exception as failed:  # the first error tells what happened
+                log.debug("retry tiers: abort after %r failed: %r", exc, failed)
             raise
         txn.commit()
         with self._cond:
@@ -254,9 +264,30 @@ class TierWriter:
             self.rounds += 1
             self.rounds_with_writes += bool(batch)
             self._cond.notify_all()
-        self._fence.proven()
+        self._fence.proven(mark)
         for write in batch:
             write.done(None)
+
+    def _produce(self, write: Write) -> None:
+        """Hand ``write`` to the producer; one the producer refuses by itself (a record too
+        large for the broker) can never be written: the receiver stops."""
+        copy = write.copy
+        try:
+            self._producer.produce(
+                write.topic,
+                value=copy.data,
+                key=copy.key,
+                headers=list[tuple[str, str | bytes | None]](copy.headers),
+                partition=copy.partition if copy.partition is not None else -1,
+            )
+        except BufferError:
+            raise
+        except KafkaException as exc:
+            raise _Unwritable(f"{write.topic} refuses the copy of {write.copy!r}: {exc}") from exc
+
+    def _cond_wait(self, timeout_s: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._ended, timeout_s)
 
     def _failed(self, error: Exception) -> None:
         """A round failed: stop for good (an ACL, the credentials), build the producer again
@@ -265,7 +296,7 @@ class TierWriter:
         the coordinator), hold the tiers for a refused generation, or try again after a
         backoff (reported when the failures in a row reach a power of two). The writes of
         the failed round stay queued for the next."""
-        if isinstance(error, (AuthorizationError, AuthenticationError)):
+        if isinstance(error, (AuthorizationError, AuthenticationError, _Unwritable)):
             self._end(error)
             return
         cause = getattr(error, "cause", None)
@@ -293,8 +324,8 @@ class TierWriter:
         happening (``_RENEWALS`` times within ``_RENEWAL_WINDOW_S``: another running
         receiver uses the transactional id, each fencing the other)."""
         now = time.monotonic()
-        self._renewals = [t for t in self._renewals if now - t < _RENEWAL_WINDOW_S] + [now]
-        if len(self._renewals) > _RENEWALS:
+        self._renewals = [t for t in self._renewals if now - t < _RENEWAL_WINDOW_S]
+        if len(self._renewals) >= _RENEWALS:
             self._end(error)
             return
         log.warning("retry tiers: their producer ended (%s); building it again", error)
@@ -304,6 +335,7 @@ class TierWriter:
             log.debug("retry tiers: closing the ended producer failed: %r", exc)
         try:
             self._producer, self._txn = self._new_producer()
+            self._renewals.append(now)  # counted once built: a broker away costs nothing
         except (AuthorizationError, AuthenticationError) as exc:
             self._end(exc)
         except Exception as exc:  # the broker away: tried again on the next failed round

@@ -115,7 +115,7 @@ class RetryTiers:
         lease_s = host.config.lease_timeout_ms / 1000
         self._id = _claim(retry.transactional_id or _transactional_id(host))
         try:
-            self.fence = Fence(self.shelf.hold, self.shelf.release, self._prove)
+            self.fence = Fence(self.shelf.fence, self.shelf.unfence, self._prove)
             self.reader = TierReader(
                 host,
                 self.topics,
@@ -132,7 +132,8 @@ class RetryTiers:
                 group_metadata=lambda: self._metadata,
                 offsets=self._offsets,
                 fence=self.fence,
-                held=lambda: set(host.assigned()),
+                held=self._reading,
+                alive=lambda p: p in self.reader.loaded and p in host.assigned(),
                 report=host.report,
                 halt=halt,
                 timeout_s=max(5.0, min(30.0, lease_s)),
@@ -272,9 +273,10 @@ class RetryTiers:
             try:
                 points = self.reader.load(serve, self._stop)
                 self._load_failures = 0
-                if points:
+                if points:  # a partition revoked during the load is not the tiers' any more
+                    loaded = self.reader.loaded
                     with self._confirm_lock:
-                        self._confirmed.update(points)
+                        self._confirmed.update((k, v) for k, v in points.items() if k[1] in loaded)
             except Exception as exc:  # tried again after a backoff
                 self._load_failed(exc)
         self._throttle()
@@ -348,7 +350,10 @@ class RetryTiers:
                     lambda: not any(self._running[p] for p in gone),
                     max(0.0, deadline - time.monotonic()),
                 )
-            self.writer.flush(gone, deadline)
+            # The second round confirms what the first one's commits finished (a copy moved on,
+            # a dead letter sent): the next owner starts after them.
+            if self.writer.flush(gone, deadline):
+                self.writer.flush(gone, deadline)
         self.writer.drop(partitions)
         with self.reader.lock:  # the tiers' thread reads while it holds it
             self.reader.revoke(set(partitions))
@@ -480,6 +485,10 @@ class RetryTiers:
         """Ask the writer for a round: the tiers' confirms go out in its transactions."""
         self.writer.want()
 
+    def _reading(self) -> set[int]:
+        """The source partitions held whose tiers are read."""
+        return set(self.reader.loaded) & set(self._host.assigned())
+
     def _prove(self) -> None:
         self.writer.want(proof=True)
 
@@ -506,17 +515,20 @@ class RetryTiers:
             }
             moved, unfit = to_confirm(points, self._confirmed)
             self.overflows += len(unfit)
-            if proof and not moved:
-                again = [k for k in self._confirmed if k[1] in written] or list(self._confirmed)
-                moved = {k: self._confirmed[k] for k in again[:1]}
+            if proof:  # every written partition's tiers, else one held: what Kafka checks
+                ours = {k for k in self._confirmed if k[1] in held and k[1] in self.reader.loaded}
+                again = [k for k in ours if k[1] in written] or sorted(ours)[:1]
+                for k in again:
+                    moved.setdefault(k, self._confirmed[k])
         tps = [
             TopicPartition(self.topics[t], p, o, metadata=text)
             for (t, p), (o, text) in moved.items()
         ]
 
         def committed() -> None:
+            loaded = self.reader.loaded  # a partition revoked meanwhile is not ours to note
             with self._confirm_lock:
-                self._confirmed.update(moved)
+                self._confirmed.update((k, v) for k, v in moved.items() if k[1] in loaded)
             # keys whose finished copies are all confirmed go on
             self.shelf.confirmed({k: points[k] for k in moved if k in points})
 
@@ -524,8 +536,9 @@ class RetryTiers:
 
     # -- closing -----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop reading and calling, confirm what is done, close the tiers' clients."""
+    def close(self, deadline: float) -> None:
+        """Stop reading and calling, confirm what is done until the monotonic ``deadline``
+        (the receiver's close), close the tiers' clients."""
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(5.0)
@@ -537,8 +550,8 @@ class RetryTiers:
             except Exception as exc:
                 self._host.report("retry tiers: resuming paused partitions failed", exc)
         try:
-            if self._thread.ident is not None:
-                self.writer.flush(self.reader.loaded, time.monotonic() + 5.0)
+            if self._thread.ident is not None and deadline > time.monotonic():
+                self.writer.flush(self.reader.loaded, deadline)
         finally:
             self.writer.close()
             self.reader.close()
