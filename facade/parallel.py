@@ -206,16 +206,8 @@ class ParallelReceiver(Receiver):
         self._board = Board(_ORDERINGS[ordering])
         lane_of, call = _ORDERINGS[ordering], self._handler
         self._halted = threading.Event()  # refused for good: reported once, stopping
-        self._tiers = RetryTiers.of(
-            host,
-            retry,
-            lane_of,
-            (handler, call),
-            dead_letter,
-            concurrency,
-            max_in_flight,
-            self._halt,
-        )
+        self._tiers = RetryTiers.of(host, retry, lane_of, (handler, call), dead_letter,
+                                    concurrency, max_in_flight, self._halt)  # fmt: skip
         self._inline = resequencer is None and not is_async_handler(handler) and self._tiers is None
         self._feed = Feed(self._board, resequencer)
         run: RecordHandler | AsyncRecordHandler = self._handler  # with the process span

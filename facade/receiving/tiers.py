@@ -97,53 +97,15 @@ class RetryTiers:
         )
         self._handler = handler
         self._sink = None if dead_letter is None else DeadLetterSink(dead_letter)
-        self.topics = [t.stream_for(host.topic) for t in retry.tiers]
-        for name in self.topics:
-            try:
-                ensure_topic(host.cluster, _tier_stream(host, name))
-            except StreamConfigMismatchError as exc:
-                raise StreamConfigMismatchError(
-                    f"{exc} (a retry tier keeps every copy until it is confirmed: "
-                    "cleanup.policy=compact would delete a key's earlier copies)",
-                    stream=name,
-                ) from exc
+        self.topics = _tier_streams(host, retry)
         self.shelf = Shelf(len(self.topics))
         self.moved = 0
         self.overflows = 0
         self._limit = limit  # parked records per source partition, at most (about)
         self._full: set[int] = set()  # source partitions held for their parked records
-        lease_s = host.config.lease_timeout_ms / 1000
         self._id = _claim(retry.transactional_id or _transactional_id(host))
         try:
-            self.fence = Fence(self.shelf.fence, self.shelf.unfence, self._prove)
-            self.reader = TierReader(
-                host,
-                self.topics,
-                [t.delay_s for t in retry.tiers],
-                self.shelf,
-                self.fence,
-                self._lane_of,
-                self._id,
-                lookup_s=max(1.0, min(10.0, lease_s / 4)),
-            )
-            self.writer = TierWriter(
-                host.cluster,
-                self._id,
-                group_metadata=lambda: self._metadata,
-                offsets=self._offsets,
-                fence=self.fence,
-                held=self._reading,
-                alive=lambda p: p in self.reader.loaded and p in host.assigned(),
-                report=host.report,
-                halt=halt,
-                timeout_s=max(5.0, min(30.0, lease_s)),
-                streams=", ".join(
-                    [
-                        *self.topics,
-                        *([self._sink.stream] if self._sink and self._sink.stream else []),
-                    ]
-                ),
-            )
+            self.fence, self.reader, self.writer = self._parts(retry, halt)
         except BaseException:
             _release(self._id)
             raise
@@ -161,6 +123,47 @@ class RetryTiers:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bolide-retry")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bolide-tiers", daemon=True)
+
+    def _parts(self, retry: Retry, halt: Halt) -> tuple[Fence, TierReader, TierWriter]:
+        """The fence, the reader and the writer, each owning its part."""
+        host = self._host
+        lease_s = host.config.lease_timeout_ms / 1000
+        fence = Fence(self.shelf.fence, self.shelf.unfence, self._prove)
+        reader = TierReader(
+            host,
+            self.topics,
+            [t.delay_s for t in retry.tiers],
+            self.shelf,
+            fence,
+            self._lane_of,
+            self._id,
+            lookup_s=max(1.0, min(10.0, lease_s / 4)),
+        )
+        sink = [self._sink.stream] if self._sink is not None and self._sink.stream else []
+        try:
+            writer = self._writer(reader, fence, halt, lease_s, ", ".join([*self.topics, *sink]))
+        except BaseException:
+            reader.close()  # the transactional id refused, say: nothing is left open
+            raise
+        return fence, reader, writer
+
+    def _writer(
+        self, reader: TierReader, fence: Fence, halt: Halt, lease_s: float, streams: str
+    ) -> TierWriter:
+        host = self._host
+        return TierWriter(
+            host.cluster,
+            self._id,
+            group_metadata=lambda: self._metadata,
+            offsets=self._offsets,
+            fence=fence,
+            held=self._reading,
+            alive=lambda p: p in reader.loaded and p in host.assigned(),
+            report=host.report,
+            halt=halt,
+            timeout_s=max(5.0, min(30.0, lease_s)),
+            streams=streams,
+        )
 
     @classmethod
     def of(
@@ -604,6 +607,26 @@ def _tier_stream(host: ReceiverHost, name: str) -> StreamConfig:
             stream=name,
         )
     return StreamConfig(name=name, topic_config=_DELETE)
+
+
+def _tier_streams(host: ReceiverHost, retry: Retry) -> list[str]:
+    """The tiers' streams, each made or checked (``_tier_stream``).
+
+    Raises:
+        StreamConfigMismatchError: A tier stream with fewer partitions than the source, or
+            one that compacts.
+    """
+    names = [t.stream_for(host.topic) for t in retry.tiers]
+    for name in names:
+        try:
+            ensure_topic(host.cluster, _tier_stream(host, name))
+        except StreamConfigMismatchError as exc:
+            raise StreamConfigMismatchError(
+                f"{exc} (a retry tier keeps every copy until it is confirmed: "
+                "cleanup.policy=compact would delete a key's earlier copies)",
+                stream=name,
+            ) from exc
+    return names
 
 
 def _transactional_id(host: ReceiverHost) -> str:
