@@ -88,6 +88,7 @@ class TierReader:
         # thread (``deactivate``) comes before they leave ``assigned``, and that assignment's
         # tiers must not be loaded again meanwhile; a new assignment's are.
         self._revoked: dict[int, int | None] = {}
+        self._after_read: dict[Point, int] = {}  # the positions after the last read (``positions``)
 
     def load(
         self, serve: Callable[[], None], stop: threading.Event
@@ -201,6 +202,7 @@ class TierReader:
                     where = f"{msg.topic()}[{msg.partition()}] at {msg.offset()}"
                     self._host.report(f"retry tiers: could not take the copy of {where}", exc)
                     return False
+            self._after_read = self._positions()
         return True
 
     def _again(self, msgs: list[Message]) -> None:
@@ -234,8 +236,11 @@ class TierReader:
         self._shelf.arrived(tier, copy.offset or 0, record, attempts, due, self._lane_of(record))
 
     def positions(self) -> dict[Point, int]:
-        """Where the reader stands in each tier partition it reads (the lock held by the
-        caller: what it consumed below is on the shelf)."""
+        """Where the reader stood after its last read, in each tier partition it reads:
+        every copy below is on the shelf (read without waiting for a read under way)."""
+        return dict(self._after_read)
+
+    def _positions(self) -> dict[Point, int]:
         tps = [TopicPartition(t, p) for t in self._topics for p in sorted(self.loaded)]
         return {
             (self._tier_of[tp.topic], tp.partition): tp.offset
@@ -265,6 +270,7 @@ class TierReader:
             )
         for end in [k for k in self._ends if k[1] in gone]:
             del self._ends[end]
+        self._after_read = {k: v for k, v in self._after_read.items() if k[1] not in gone}
 
     def close(self) -> None:
         with self.lock:

@@ -123,6 +123,9 @@ class RetryTiers:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bolide-retry")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bolide-tiers", daemon=True)
+        self._reading_thread = threading.Thread(
+            target=self._read, name="bolide-tiers-reader", daemon=True
+        )
 
     def _parts(self, retry: Retry, halt: Halt) -> tuple[Fence, TierReader, TierWriter]:
         """The fence, the reader and the writer, each owning its part."""
@@ -212,6 +215,7 @@ class RetryTiers:
 
     def start(self) -> None:
         self.writer.start()
+        self._reading_thread.start()
         self._thread.start()
 
     # -- the source side (the receiver's workers) -------------------------------------------
@@ -369,22 +373,28 @@ class RetryTiers:
 
     # -- the tiers' thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _read(self) -> None:
+        """The reader's thread: the tiers' copies onto the shelf."""
         while not self._stop.is_set():
             try:
                 if not self.reader.read():
                     self._stop.wait(_AGAIN_S)
-                if not self.reader.loaded:
+                elif not self.reader.loaded:
                     self._stop.wait(_TAKE_S)
-                entry = self.shelf.take(_TAKE_S)
-                while entry is not None:
-                    self._start_call(entry)
-                    entry = self.shelf.take(0)
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                self._host.report("retry tiers failed; trying again", exc)
+                self._host.report("retry tiers: reading failed; trying again", exc)
                 self._stop.wait(_AGAIN_S)
+
+    def _run(self) -> None:
+        """The calls' thread: each copy that is due, at the head of its key, to the pool
+        (a thread of its own, so that a key's next copy starts as soon as one ends)."""
+        while not self._stop.is_set():
+            entry = self.shelf.take(_TAKE_S)
+            while entry is not None:
+                self._start_call(entry)
+                entry = self.shelf.take(0)
 
     def _start_call(self, entry: Entry) -> None:
         with self._calls:
@@ -506,9 +516,7 @@ class RetryTiers:
         With ``proof`` (writes, or the fence waiting) the round carries offsets even when
         none moved: the last confirm of the tier partitions written (or of any held), sent
         again, is what Kafka checks the group's generation on."""
-        with self.reader.lock:  # what the reader consumed is on the shelf
-            read_to = self.reader.positions()
-            found = self.shelf.confirm_points(read_to)
+        found = self.shelf.confirm_points(self.reader.positions())
         with self._confirm_lock:
             held = self._host.assigned()
             points = {
@@ -543,8 +551,9 @@ class RetryTiers:
         """Stop reading and calling, confirm what is done until the monotonic ``deadline``
         (the receiver's close), close the tiers' clients."""
         self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join(5.0)
+        for thread in (self._thread, self._reading_thread):
+            if thread.ident is not None:
+                thread.join(5.0)
         # A running call is not waited for: its record is not confirmed, read again later.
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._full:  # fetched again by the subscriber (another receiver may follow)
