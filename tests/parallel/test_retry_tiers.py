@@ -28,7 +28,7 @@ from bolide.facade.kafka import CONSUMER_DEFAULTS
 from tests.conftest import eventually
 from tests.parallel.conftest import LEASE_MS, fresh_group, publish_keyed
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka]  # tiers commit in transactions: see docs/compatibility.md
 
 TIERS = [RetryTier(delay_s=0.5), RetryTier(delay_s=1)]
 

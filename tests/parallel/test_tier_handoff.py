@@ -15,7 +15,7 @@ from tests.conftest import eventually
 from tests.parallel.conftest import fresh_group
 from tests.parallel.test_retry_tiers import committed, grouped
 
-pytestmark = [pytest.mark.kafka, pytest.mark.tansu]
+pytestmark = [pytest.mark.kafka]  # tiers commit in transactions: see docs/compatibility.md
 
 
 class FirstCallFails:
