@@ -72,6 +72,13 @@ class _Unwritable(TransactionError):
     """A write the producer refuses by itself, whatever the broker says."""
 
 
+class _Stuck(TransactionError):
+    """The producer cannot begin a transaction (the abort of the last one timed out and
+    librdkafka still runs it): a new producer with the id takes over."""
+
+    retriable = True
+
+
 @dataclass(slots=True, eq=False)
 class Write:
     """One record to write: ``copy`` to ``topic``, on behalf of source ``partition``."""
@@ -244,7 +251,10 @@ class TierWriter:
             return
         mark = self._fence.mark()
         txn = self._txn
-        txn.begin()
+        try:
+            txn.begin()
+        except TransactionError as exc:  # an abort that timed out still runs: start over
+            raise _Stuck(f"retry tiers could not begin a transaction: {exc}") from exc
         try:
             for write in batch:
                 self._produce(write)
@@ -304,7 +314,8 @@ class TierWriter:
         self._failures += 1
         n = self._failures
         ended = isinstance(error, TransactionError) and (
-            isinstance(error, (ProducerFencedError, TransactionInDoubtError)) or not error.retriable
+            isinstance(error, (ProducerFencedError, TransactionInDoubtError, _Stuck))
+            or not error.retriable
         )
         if ended or (isinstance(cause, KafkaError) and cause.fatal()):
             self._renew(error)
