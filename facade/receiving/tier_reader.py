@@ -3,20 +3,26 @@
 A consumer of its own, ``read_committed`` (a copy is there once its transaction committed,
 and never when its writer was fenced), assigned by hand the tier partitions of the source
 partitions held. When a member gets a partition, ``load`` reads its tiers' copies up to
-their ends before any of the source's records is handled, skipping the copies confirmed as
-finished, so the keys parked before are parked again. A copy another writer made past what
-was loaded puts its partition behind the ``Fence`` until this member proves its generation.
+their log ends before any of the source's records is handled, skipping the copies confirmed
+as finished, so the keys parked before are parked again. The log end, not the last stable
+offset: a transaction the last owner left open may hold copies of a parked key, and the
+load waits until it ends (committed, or aborted by Kafka within its transaction timeout).
+A copy another writer made past what was loaded puts its partition behind the ``Fence``
+until this member proves its generation.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from bolide.facade.consumer.ledger import decode_finished
-from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.facade.kafka import CONSUMER_DEFAULTS, admin_client
 from bolide.facade.receiver import ReceiverHost
 from bolide.facade.receiving.fence import Fence
 from bolide.facade.receiving.shelf import Shelf
@@ -24,6 +30,8 @@ from bolide.facade.record import Record, record_from_message
 from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER
 
 __all__ = ["OURS", "Point", "TierReader"]
+
+log = logging.getLogger("bolide.facade.parallel")
 
 READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
 #: The headers the tiers add to a copy (the handler never sees them).
@@ -79,6 +87,7 @@ class TierReader:
             "isolation.level": "read_committed",
         }
         self._consumer = Consumer(host.cluster.client_config(CONSUMER_DEFAULTS, settings))
+        self._admin = admin_client(host.cluster)  # log ends: the consumer's stop at open txns
         # Held from a read to its copies being on the shelf (``revoke`` drops them under it).
         self.lock = threading.Lock()
         self.loaded: set[int] = set()
@@ -148,8 +157,18 @@ class TierReader:
     def _read_to(
         self, ends: dict[tuple[str, int], int], serve: Callable[[], None], stop: threading.Event
     ) -> None:
-        """Read until every tier partition of ``ends`` reached its end (or went)."""
+        """Read until every tier partition of ``ends`` reached its end (or went). A
+        ``read_committed`` consumer stops at a transaction still open: the wait is told
+        once, when it lasts longer than a lookup."""
+        told = time.monotonic() + self._lookup_s
         while ends and not stop.is_set():
+            if told and time.monotonic() > told:
+                told = 0.0
+                log.info(
+                    "retry tiers: loading %s waits for a transaction still open (a last "
+                    "owner's, ended by Kafka within its transaction timeout at most)",
+                    ", ".join(f"{t}[{p}]" for t, p in sorted(ends)),
+                )
             if not self.read():
                 stop.wait(READ_S)
             with self.lock:  # what was consumed is on the shelf: ``read`` holds it
@@ -178,11 +197,27 @@ class TierReader:
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in tps:
             with self.lock:
-                ranges[(tp.topic, tp.partition)] = self._consumer.get_watermark_offsets(
-                    tp, timeout=wait_s
-                )
+                low, _ = self._consumer.get_watermark_offsets(tp, timeout=wait_s)
+            ranges[(tp.topic, tp.partition)] = (low, -1)
             serve()
+        for key, end in self._log_ends(tps, wait_s).items():
+            ranges[key] = (ranges[key][0], end)
+        serve()
         return None if self.revokes != revokes else (found, ranges)
+
+    def _log_ends(self, tps: list[TopicPartition], wait_s: float) -> dict[tuple[str, int], int]:
+        """The log end offsets of ``tps``, open transactions' records included (the
+        consumer's own watermark is the last stable offset, before them).
+
+        Raises:
+            KafkaException: A lookup failed.
+        """
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # the client's stubs
+        asked = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
+        futures = self._admin.list_offsets(
+            asked, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=wait_s
+        )
+        return {(tp.topic, tp.partition): f.result(wait_s).offset for tp, f in futures.items()}
 
     def read(self) -> bool:
         """One read of the tiers: each copy read goes on the shelf before the lock is let go
