@@ -12,8 +12,9 @@ from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
 from bolide.stores.incarnations import Incarnation
 from bolide.stores.outbox import AsyncOutboxRelay, Outbox, OutboxRelay, RelayConfig, RelayStats
 from bolide.stores.positions import SqlPositions
+from bolide.stores.queries import QueryResult, run_query
 from bolide.stores.schema_registry import SqlSchemaRegistry
-from bolide.stores.store import SqlStore
+from bolide.stores.store import Search, SqlStore
 
 __all__ = [
     "Archiver",
@@ -26,11 +27,14 @@ __all__ = [
     "Outbox",
     "OutboxRelay",
     "ProgressCallback",
+    "QueryResult",
     "RelayConfig",
     "RelayStats",
+    "Search",
     "SqlDurableRegistry",
     "SqlPositions",
     "SqlSchemaRegistry",
     "SqlStore",
     "require_delete_records",
+    "run_query",
 ]

@@ -25,6 +25,7 @@ from bolide.facade.validate import check_int
 from bolide.stores import _migrate, incarnations
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
+from bolide.stores._search import Search, search_records
 from bolide.stores.dialects import (
     DIALECTS,
     HeaderRow,
@@ -36,7 +37,7 @@ from bolide.stores.dialects import (
 )
 from bolide.stores.schema import RECORDS, TOPICS
 
-__all__ = ["SqlStore"]
+__all__ = ["Search", "SqlStore"]
 
 _T = TypeVar("_T")
 _MAX_STREAM = 255
@@ -250,6 +251,28 @@ class SqlStore(Closing):
                 return read_page(conn, stream, partition, from_offset, limit, stored_as=key)
 
         return self.guarded("read", fetch, stream=stream, partition=partition)
+
+    def search(self, stream: str, search: Search, limit: int = 100) -> list[Record]:
+        """Up to ``limit`` archived records of ``stream``'s current topic incarnation that
+        match ``search`` (a key, bytes in the payload or a header, times, offsets), in
+        (partition, offset) order; ``search.after`` pages on.
+
+        Raises:
+            ValueError: A negative limit.
+            StoreError: The database failed.
+        """
+        _check_stream(stream)
+        check_int("limit", limit)
+        if limit == 0:
+            return []
+        self.check_schema_once()
+
+        def fetch() -> list[Record]:
+            with self.engine.connect() as conn:
+                key = incarnations.stored_as(conn, stream)
+                return search_records(conn, self.sql_dialect, stream, key, search, limit)
+
+        return self.guarded("search", fetch, stream=stream)
 
     def largest_offset(
         self, stream: str, partition: int, *, stored_as: str | None = None

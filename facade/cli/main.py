@@ -40,6 +40,7 @@ _COMMAND_MODULES = (
     "bolide.facade.cli.ops",
     "bolide.facade.cli.top",
     "bolide.facade.cli.spark",
+    "bolide.console.command",
 )
 
 

@@ -9,11 +9,9 @@ import argparse
 import json
 import signal
 import sys
-import time
 from typing import Any, TextIO
 
 import sqlalchemy as sa
-from sqlalchemy import exc
 
 from bolide.facade.cli.common import (
     add_cluster_arguments,
@@ -22,10 +20,10 @@ from bolide.facade.cli.common import (
     require_streams,
 )
 from bolide.facade.config import StreamConfig
-from bolide.facade.errors import StoreError
 from bolide.facade.ops.text import render_bytes, table
 from bolide.stores.archive import Archiver, ArchiverStats
 from bolide.stores.dialects import dialect_of
+from bolide.stores.queries import run_query
 from bolide.stores.store import SqlStore
 
 __all__ = ["register"]
@@ -293,36 +291,14 @@ def _sql(args: argparse.Namespace) -> int:
         url = sa.make_url(db)
         dialect_of(url).check_exists(url)  # reading never creates a database
     with _store(args, check_schema=False) as store:
-        dialect = store.sql_dialect
-        started = time.monotonic()
         try:
-            with store.engine.connect() as conn:
-                try:
-                    # The database refuses what must not run: several statements, and any
-                    # change unless --write.
-                    dialect.one_statement(conn)
-                    if not args.write:
-                        dialect.read_only(conn)
-                    result = conn.execute(sa.text(args.query), params)
-                    columns = list(result.keys()) if result.returns_rows else []
-                    rows = [tuple(r) for r in result] if result.returns_rows else []
-                    affected = result.rowcount if not result.returns_rows else None
-                    if args.write:
-                        conn.commit()
-                finally:
-                    if not args.write:
-                        conn.invalidate()  # a read-only session never goes back to the pool
-        except exc.SQLAlchemyError as error:
-            detail = error.orig if isinstance(error, exc.DBAPIError) else error
-            if dialect.refused_several(detail):
-                args.parser.error("the query must be one statement")
-            hint = (
-                "; bolide sql reads only, pass --write to change data"
-                if dialect.refused_change(detail)
-                else ""
-            )
-            raise StoreError(f"query failed: {store.scrub(str(detail)).strip()}{hint}") from None
-        elapsed = time.monotonic() - started
+            result = run_query(
+                store, args.query, params, write=args.write,
+                read_only_hint="bolide sql reads only, pass --write to change data",
+            )  # fmt: skip
+        except ValueError as error:
+            args.parser.error(str(error))
+    columns, rows, affected, elapsed = result.columns, result.rows, result.changed, result.elapsed_s
     done = "committed" if args.write else "read-only"
     if args.json:
         print(json.dumps([dict(zip(columns, map(_json_cell, row), strict=True)) for row in rows]))

@@ -46,6 +46,7 @@ class DemoSummary:
     ok: bool = False
     checks: dict[str, bool] = field(default_factory=dict)
     bootstrap: str = ""
+    embedded: bool = False  # the demo started its own broker (gone when it ends)
     db: str = ""
     stream: str = ""
     partitions: int = 0
@@ -192,3 +193,16 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
         print(f'\nexplore the archive: bolide sql --db {s.db} "SELECT ..."', file=out)
     else:
         print("\n(the demo's files were removed; pass --workdir DIR to keep them)", file=out)
+    print(console_hint(s), file=out)
+
+
+def console_hint(s: DemoSummary) -> str:
+    """How to open the web console on the demo's data (the demo's own broker, if it started
+    one, is gone: the console needs a cluster that stays)."""
+    if s.workdir is not None and not s.embedded:
+        return f"open it in the web console: bolide console -b {s.bootstrap} --db {s.db}"
+    return (
+        "to open the demo in the web console (pip install 'bolide[console]'), run it on a "
+        "broker that stays: bolide broker --port 9092 & bolide demo -b 127.0.0.1:9092 "
+        "--workdir demo; then bolide console -b 127.0.0.1:9092 --db sqlite:///demo/bolide-demo.db"
+    )

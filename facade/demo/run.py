@@ -152,6 +152,7 @@ class _Scenario:
             self.say(f"kafka: using the cluster at {self.options.bootstrap}")
             return Cluster(self.options.bootstrap)
         broker = self.stack.enter_context(EmbeddedBroker())
+        self.summary.embedded = True
         engine = "Apache Kafka" if broker.engine == "kafka" else "Tansu"
         self.say(f"kafka: embedded broker ({engine}) started at {broker.bootstrap_servers}")
         return broker.cluster()

@@ -233,6 +233,20 @@ class DeadLetters:
         letters, _ = self._letters(stream)
         return wanted.apply(letters)
 
+    def select(self, stream: str, where: str) -> builtins.list[DeadLetter]:
+        """The dead letters of ``stream`` that ``where`` picks (the SQL filter ``replay``
+        and ``purge`` take), partition by partition in offset order.
+
+        Raises:
+            DeadLetterFilterError: ``where`` is not one read-only expression over the dead
+                letters' columns, or ran longer than ``where_timeout_ms``.
+            DeadLetterNotFoundError: Neither Kafka nor the store knows ``stream``.
+        """
+        stream = _stream_name("stream", stream)
+        expression = check_filter(where)
+        letters, _ = self._letters(stream)
+        return self._where(letters, expression)
+
     def show(self, id: str) -> DeadLetter:
         """The dead letter ``id`` (``<stream>/<partition>/<offset>``), read from Kafka or, when
         Kafka no longer holds it, from the store.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -129,6 +130,19 @@ class SqlDialect:
         and refuse a query of several statements."""
         raise NotImplementedError
 
+    def contains(self, column: Any, needle: bytes) -> sa.ColumnElement[bool]:
+        """Whether the bytes of ``column`` contain ``needle`` (byte for byte)."""
+        raise NotImplementedError
+
+    def time_limit(self, conn: Connection, timeout_ms: int) -> None:
+        """Make ``conn`` stop a statement that runs longer than ``timeout_ms`` (a session
+        that goes back to no pool: the caller invalidates it)."""
+        raise NotImplementedError
+
+    def timed_out(self, error: object) -> bool:
+        """Whether ``error`` (a driver error) is a statement stopped by ``time_limit``."""
+        raise NotImplementedError
+
     def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
         """What this database enforces on a dead-letter filter (``_filter_guards``): it reads
         only the dead letters' columns, calls only ``functions``, and stops after
@@ -239,6 +253,18 @@ class SQLite(SqlDialect):
         # sqlite3 runs one statement per execute; query_only refuses every change.
         conn.exec_driver_sql("PRAGMA query_only = ON")
 
+    def contains(self, column: Any, needle: bytes) -> sa.ColumnElement[bool]:
+        return sa.func.instr(column, sa.literal(needle, sa.LargeBinary)) > 0
+
+    def time_limit(self, conn: Connection, timeout_ms: int) -> None:
+        # The progress handler runs every _STEPS virtual machine steps: true interrupts.
+        deadline = time.monotonic() + timeout_ms / 1000
+        raw: Any = conn.connection.dbapi_connection
+        raw.set_progress_handler(lambda: time.monotonic() > deadline, 1_000)
+
+    def timed_out(self, error: object) -> bool:
+        return isinstance(error, sqlite3.OperationalError) and "interrupted" in str(error)
+
     def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
         return SQLiteGuard(functions, timeout_ms)
 
@@ -311,6 +337,15 @@ class PostgreSQL(SqlDialect):
         conn.exec_driver_sql("SET SESSION default_transaction_read_only = on")
         # The server refuses "...; COMMIT; ..." as several statements.
         self.one_statement(conn)
+
+    def contains(self, column: Any, needle: bytes) -> sa.ColumnElement[bool]:
+        return sa.func.position(sa.literal(needle, sa.LargeBinary).op("IN")(column)) > 0
+
+    def time_limit(self, conn: Connection, timeout_ms: int) -> None:
+        conn.exec_driver_sql(f"SET statement_timeout = {int(timeout_ms)}")
+
+    def timed_out(self, error: object) -> bool:
+        return getattr(error, "sqlstate", None) == "57014"  # query_canceled
 
     def filter_guard(self, functions: frozenset[str], timeout_ms: int) -> FilterGuard:
         return PostgreSQLGuard(functions, timeout_ms)

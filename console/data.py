@@ -1,0 +1,391 @@
+"""What the console's pages and API show, gathered from the cluster and the history store
+through the library (``bolide.facade.ops``, ``bolide.stores``); no HTML or HTTP here.
+
+A search answers from the archive's indexes first and reads Kafka only past the archived
+frontier of each partition (what the store does not hold yet), up to ``scan_limit`` records
+and the query time limit; the result says whether that scan was complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from bolide.console.settings import ConsoleSettings
+from bolide.facade.errors import BolideError
+from bolide.facade.kafka import probe_consumer
+from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
+from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
+from bolide.facade.ops.shares import list_share_groups
+from bolide.facade.ops.text import render_bytes
+from bolide.facade.record import Record, record_from_message
+from bolide.stores import DeadLetter, DeadLetters, QueryResult, Search, SqlStore, run_query
+from bolide.stores.durable_registry import SqlDurableRegistry
+
+__all__ = ["Console", "Found", "LagSampler", "NoStoreError", "record_row"]
+
+
+class NoStoreError(BolideError):
+    """The console runs without a history store (``--db``), and this needs one."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search's records, archive and Kafka spliced, in (partition, offset) order.
+
+    Attributes:
+        records: The records found (at most the limit asked).
+        archived: How many of them came from the archive.
+        scanned: Kafka records read past the archive.
+        complete: Kafka was read to its end past the archive (else the scan limit or the
+            time limit stopped it: more may match).
+    """
+
+    records: list[Record]
+    archived: int
+    scanned: int
+    complete: bool
+
+
+def record_row(record: Record) -> dict[str, Any]:
+    """A record as JSON-ready text (keys, payloads and header values as ``render_bytes``)."""
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp_ms": record.timestamp_ms,
+        "key": None if record.key is None else render_bytes(record.key),
+        "value": None if record.data is None else render_bytes(record.data),
+        "headers": [[name, render_bytes(value)] for name, value in record.headers],
+    }
+
+
+@dataclass
+class LagSampler:
+    """Total lag per group, sampled every ``every_s`` while the console runs (the charts)."""
+
+    settings: ConsoleSettings
+    keep: int = 720  # samples per group (an hour at 5 s)
+    samples: dict[str, collections.deque[tuple[int, int]]] = field(default_factory=dict)
+    error: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bolide-console-lag", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def sample(self) -> None:
+        """One sample of every group's total lag."""
+        report = lag_report(self.settings.cluster)
+        totals: dict[str, int] = collections.Counter()
+        for row in report.partitions:
+            totals[row.group] += row.lag
+        with self._lock:
+            for group, lag in totals.items():
+                series = self.samples.setdefault(group, collections.deque(maxlen=self.keep))
+                series.append((report.taken_ms, lag))
+
+    def series(self, group: str) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(self.samples.get(group, ()))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample()
+                self.error = None
+            except BolideError as exc:  # shown on the group pages; sampled again
+                self.error = str(exc)
+            self._stop.wait(self.settings.sample_s)
+
+
+class Console:
+    """The console's data: one per running console (the store opened once)."""
+
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.store = SqlStore(settings.db) if settings.db else None
+        self.lags = LagSampler(settings)
+
+    def close(self) -> None:
+        self.lags.stop()
+        if self.store is not None:
+            self.store.close()
+
+    def need_store(self) -> SqlStore:
+        if self.store is None:
+            raise NoStoreError("this console runs without a history store: start it with --db")
+        return self.store
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    def streams(self) -> list[dict[str, Any]]:
+        """Every stream: partitions, records in Kafka, and (with a store) archive coverage."""
+        topics = list_topics(self.settings.cluster, settings=False)
+        archive: dict[tuple[str, int], tuple[int | None, int]] = {}
+        if self.store is not None:
+            archived = set(self.store.streams()) & {t.name for t in topics}
+            if archived:
+                report = lag_report(
+                    self.settings.cluster, streams=archived, store=self.store, groups=[]
+                )
+                archive = {(a.stream, a.partition): (a.archived, a.lag) for a in report.archive}
+        return [_stream_row(t, archive) for t in topics if not t.name.startswith("__")]
+
+    def stream(self, name: str) -> dict[str, Any] | None:
+        """One stream's partitions: log start, log end, archived frontier and lag."""
+        rows = [s for s in self.streams() if s["stream"] == name]
+        return rows[0] if rows else None
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Consumer groups: state, members, total lag; and share groups by name."""
+        report = lag_report(self.settings.cluster)
+        totals: dict[str, int] = collections.Counter()
+        for row in report.partitions:
+            totals[row.group] += row.lag
+        return [
+            {
+                "group": g.group_id,
+                "state": g.state,
+                "members": len(g.members),
+                "lag": totals.get(g.group_id, 0),
+                "streams": list(g.streams),
+            }
+            for g in report.groups
+        ]
+
+    def share_groups(self) -> list[str]:
+        try:
+            return list_share_groups(self.settings.cluster)
+        except BolideError:
+            return []  # a broker without share groups (before Kafka 4.1)
+
+    def group(self, group: str) -> dict[str, Any] | None:
+        """One group: members and their assignment, and per partition its lag."""
+        if group not in list_groups(self.settings.cluster):
+            return None
+        report: LagReport = lag_report(self.settings.cluster, groups=[group])
+        info = describe_groups(self.settings.cluster, [group])[0]
+        partitions = [
+            {
+                "stream": p.stream,
+                "partition": p.partition,
+                "committed": p.committed,
+                "end": p.log_end,
+                "lag": p.lag,
+                "member": p.member_id,
+            }
+            for p in report.partitions
+        ]
+        return {
+            "group": group,
+            "state": info.state,
+            "assignor": info.assignor,
+            "coordinator": info.coordinator,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "client_id": m.client_id,
+                    "host": m.host,
+                    "assignment": [[s, p] for s, p in m.assignment],
+                }
+                for m in info.members
+            ],
+            "lag": sum(p["lag"] for p in partitions),
+            "partitions": partitions,
+        }
+
+    # -- records ----------------------------------------------------------------------------
+
+    def search(self, stream: str, search: Search, limit: int) -> Found:
+        """Records of ``stream`` matching ``search``: the archive's, then Kafka's past each
+        partition's archived frontier."""
+        limit = min(limit, self.settings.max_rows)
+        deadline = time.monotonic() + self.settings.query_timeout_ms / 1000
+        found: dict[tuple[int, int], Record] = {}
+        frontiers: dict[int, int] = {}
+        if self.store is not None:
+            for record in self.store.search(stream, search, limit):
+                found[(record.partition or 0, record.offset or 0)] = record
+            for p in self.store.partitions(stream):
+                top = self.store.largest_offset(stream, p)
+                if top is not None:
+                    frontiers[p] = top + 1
+        archived = len(found)
+        scanned, complete = self._scan(stream, search, frontiers, found, limit, deadline)
+        records = [found[k] for k in sorted(found)][:limit]
+        return Found(records, min(archived, len(records)), scanned, complete)
+
+    def _scan(
+        self,
+        stream: str,
+        search: Search,
+        frontiers: dict[int, int],
+        found: dict[tuple[int, int], Record],
+        limit: int,
+        deadline: float,
+    ) -> tuple[int, bool]:
+        """Read Kafka past the archive into ``found``; (records read, read to the end)."""
+        topics = list_topics(self.settings.cluster, [stream], settings=False)
+        if not topics:
+            return 0, True
+        ends: dict[int, int] = {}
+        starts: list[TopicPartition] = []
+        for part in topics[0].partitions:
+            p = part.partition
+            if search.partition is not None and p != search.partition:
+                continue
+            start = max(part.log_start, frontiers.get(p, 0), search.from_offset or 0)
+            if search.after is not None and p <= search.after[0]:
+                start = max(start, search.after[1] + 1) if p == search.after[0] else part.log_end
+            end = min(part.log_end, search.to_offset) if search.to_offset else part.log_end
+            if start < end:
+                ends[p] = end
+                starts.append(TopicPartition(stream, p, start))
+        if not starts:
+            return 0, True
+        scanned = 0
+        with _consumer(self.settings) as consumer:
+            consumer.assign(starts)
+            while ends and scanned < self.settings.scan_limit and time.monotonic() < deadline:
+                for msg in consumer.consume(500, timeout=0.2):
+                    if msg.error() is not None:
+                        continue
+                    p, offset = msg.partition() or 0, msg.offset() or 0
+                    stop = ends.get(p)
+                    if stop is None or offset >= stop:
+                        ends.pop(p, None)  # past the end taken at the start
+                        continue
+                    if offset == stop - 1:
+                        del ends[p]
+                    scanned += 1
+                    record = record_from_message(msg)
+                    if _matches(record, search):
+                        found.setdefault((p, offset), record)
+                if _enough(found, limit, ends):
+                    break
+        return scanned, not ends
+
+    # -- the store --------------------------------------------------------------------------
+
+    def sql(self, query: str) -> QueryResult:
+        """A read-only query on the store, time-bounded."""
+        return run_query(
+            self.need_store(),
+            query,
+            timeout_ms=self.settings.query_timeout_ms,
+            max_rows=self.settings.max_rows,
+            read_only_hint="the console's queries read only",
+        )
+
+    def dead_letters(self, stream: str, where: str | None = None) -> list[DeadLetter]:
+        letters = DeadLetters(self.need_store(), self.settings.cluster)
+        if where:
+            return letters.select(stream, where)
+        return letters.list(stream)
+
+    def replay(self, stream: str, ids: list[str] | None, to: str | None, where: str | None) -> int:
+        """Replay dead letters (``ids``, or those ``where`` picks, or all) to their source
+        or to ``to``."""
+        letters = DeadLetters(self.need_store(), self.settings.cluster)
+        return letters.replay(stream, to=to, where=_where_ids(stream, ids) or where)
+
+    def purge(self, stream: str, ids: list[str] | None, where: str | None) -> int:
+        letters = DeadLetters(self.need_store(), self.settings.cluster)
+        return letters.purge(stream, where=_where_ids(stream, ids) or where)
+
+    def durable(self) -> list[DurableBacklog]:
+        """Durable clients: state (connected, away, expired), expiry, backlog per partition."""
+        registry = SqlDurableRegistry(self.need_store())
+        return durable_backlogs(self.settings.cluster, registry.list())
+
+
+def _stream_row(
+    topic: TopicInfo, archive: dict[tuple[str, int], tuple[int | None, int]]
+) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for p in topic.partitions:
+        archived, lag = archive.get((topic.name, p.partition), (None, None))
+        parts.append(
+            {
+                "partition": p.partition,
+                "log_start": p.log_start,
+                "log_end": p.log_end,
+                "archived": archived,
+                "archive_lag": lag,
+            }
+        )
+    covered = [p for p in parts if p["archive_lag"] is not None]
+    return {
+        "stream": topic.name,
+        "partitions": parts,
+        "records": sum(p["log_end"] - p["log_start"] for p in parts),
+        "end": sum(p["log_end"] for p in parts),
+        "archived": bool(covered),
+        "archive_lag": sum(p["archive_lag"] for p in covered) if covered else None,
+    }
+
+
+def _matches(record: Record, search: Search) -> bool:
+    if search.key is not None and record.key != search.key:
+        return False
+    ts = record.timestamp_ms
+    if search.from_ms is not None and (ts is None or ts < search.from_ms):
+        return False
+    if search.to_ms is not None and (ts is None or ts >= search.to_ms):
+        return False
+    needle = search.contains
+    if needle:
+        return (record.data is not None and needle in record.data) or any(
+            needle in value for _, value in record.headers
+        )
+    return True
+
+
+def _enough(found: dict[tuple[int, int], Record], limit: int, ends: dict[int, int]) -> bool:
+    """Whether ``limit`` records below every partition still being read are found."""
+    if len(found) < limit:
+        return False
+    kept = sorted(found)[:limit]
+    last = kept[-1]
+    return all(p > last[0] for p in ends)
+
+
+def _where_ids(stream: str, ids: list[str] | None) -> str | None:
+    """A filter choosing dead letters by id (``<stream>/<partition>/<offset>``).
+
+    Raises:
+        ValueError: An id of another stream, or not of that form.
+    """
+    if not ids:
+        return None
+    terms = []
+    for item in ids:
+        name, _, rest = item.rpartition("/")
+        head, _, partition = name.rpartition("/")
+        if head != stream or not partition.isdigit() or not rest.isdigit():
+            raise ValueError(f"{item!r} is not a dead letter of {stream}")
+        terms.append(f"(kafka_partition = {int(partition)} AND kafka_offset = {int(rest)})")
+    return " OR ".join(terms)
+
+
+@contextmanager
+def _consumer(settings: ConsoleSettings) -> Iterator[Any]:
+    consumer = probe_consumer(settings.cluster, **{"enable.partition.eof": False})
+    try:
+        yield consumer
+    finally:
+        consumer.close()

@@ -1,0 +1,98 @@
+"""The console in a real browser (Debian's Chromium, driven by selenium), served by the
+``bolide console`` command: each page renders what it must, an escaped ``<script>`` payload
+never runs, and a dead letter is replayed through the page's form. Screenshots go to the
+test's folder, or to ``$BOLIDE_CONSOLE_SCREENSHOTS`` (docs/images when the docs are made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import eventually
+from tests.console.conftest import Estate
+
+pytestmark = [pytest.mark.kafka]
+
+
+@pytest.fixture
+def served(estate: Estate) -> Iterator[str]:
+    """``bolide console --port 0 --allow-writes`` over the estate; its URL."""
+    command = [
+        sys.executable, "-m", "bolide.facade.cli", "console",
+        "-b", estate.cluster.bootstrap_servers, "--db", estate.db, "--port", "0",
+        "--allow-writes",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("console on http://127.0.0.1:"), (line, proc.stderr.read())
+        yield line.split(" on ", 1)[1].strip()
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop
+        assert proc.wait(30) == 0
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    driver_path = shutil.which("chromedriver")
+    chromium = shutil.which("chromium")
+    if driver_path is None or chromium is None:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (./dev installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: object, tmp_path: Path, name: str) -> None:
+    folder = Path(os.environ.get("BOLIDE_CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(folder / f"console-{name}.png"))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("estate", ["sqlite"], indirect=True)
+def test_every_page_renders_in_a_browser(estate, served, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    def text_of(path: str) -> str:
+        browser.get(served.rstrip("/") + path)
+        return browser.find_element(By.TAG_NAME, "main").text
+
+    overview = text_of("/")
+    assert estate.stream in overview and estate.group in overview
+    shot(browser, tmp_path, "overview")
+    page = text_of(f"/streams/{estate.stream}?key=k7")
+    assert "<script>window.__pwned = 1</script>" in page  # shown as text
+    assert browser.execute_script("return window.__pwned === undefined")  # never ran
+    shot(browser, tmp_path, "stream")
+    assert "Lag over time" in text_of(f"/groups/{estate.group}")
+    shot(browser, tmp_path, "group")
+    text_of("/sql")
+    browser.find_element(By.NAME, "query").send_keys(
+        "SELECT stream, count(*) AS n FROM bolide_records GROUP BY stream"
+    )
+    browser.find_element(By.ID, "run").click()
+    eventually(lambda: "30" in browser.find_element(By.ID, "result").text, 30)
+    shot(browser, tmp_path, "sql")
+    assert "No durable clients." in text_of("/durable")
+    letters = text_of(f"/dlq?stream={estate.dlq}")
+    assert "boom" in letters
+    browser.find_elements(By.NAME, "id")[0].click()
+    browser.find_element(By.ID, "replay").click()
+    eventually(lambda: "replay: 1 dead letter" in browser.find_element(By.ID, "note").text, 60)
+    shot(browser, tmp_path, "dlq")
