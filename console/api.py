@@ -125,10 +125,7 @@ class Api:
             Route("/api/streams", answer(lambda _: {"streams": c.streams()})),
             Route("/api/streams/{name}", answer(lambda r: c.stream(r.path_params["name"]))),
             Route("/api/streams/{name}/records", answer(self.records)),
-            Route(
-                "/api/groups",
-                answer(lambda _: {"groups": c.groups(), "share_groups": c.share_groups()}),
-            ),
+            Route("/api/groups", answer(lambda _: c.groups())),
             Route("/api/groups/{group}", answer(self.group)),
             Route("/api/sql", self.sql, methods=["POST"]),
             Route("/api/dlq/{stream}", answer(lambda r: {"letters": letters(c, r)})),

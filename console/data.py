@@ -23,7 +23,6 @@ from bolide.facade.errors import BolideError
 from bolide.facade.kafka import probe_consumer
 from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
-from bolide.facade.ops.shares import list_share_groups
 from bolide.facade.ops.text import render_bytes
 from bolide.facade.record import Record, record_from_message
 from bolide.stores import DeadLetter, DeadLetters, QueryResult, Search, SqlStore, run_query
@@ -150,28 +149,29 @@ class Console:
         rows = [s for s in self.streams() if s["stream"] == name]
         return rows[0] if rows else None
 
-    def groups(self) -> list[dict[str, Any]]:
-        """Consumer groups: state, members, total lag; and share groups by name."""
+    def groups(self) -> dict[str, list[dict[str, Any]]]:
+        """Consumer groups (state, members, total lag) and share groups (backlog), from one
+        snapshot."""
         report = lag_report(self.settings.cluster)
         totals: dict[str, int] = collections.Counter()
         for row in report.partitions:
             totals[row.group] += row.lag
-        return [
+        backlogs: dict[str, int] = collections.Counter()
+        for queue in report.share:
+            backlogs[queue.group] += queue.backlog
+        groups = [
             {
                 "group": g.group_id,
                 "state": g.state,
+                "protocol": g.protocol,
                 "members": len(g.members),
                 "lag": totals.get(g.group_id, 0),
                 "streams": list(g.streams),
             }
             for g in report.groups
         ]
-
-    def share_groups(self) -> list[str]:
-        try:
-            return list_share_groups(self.settings.cluster)
-        except BolideError:
-            return []  # a broker without share groups (before Kafka 4.1)
+        shares = [{"group": name, "backlog": n} for name, n in sorted(backlogs.items())]
+        return {"groups": groups, "share_groups": shares}
 
     def group(self, group: str) -> dict[str, Any] | None:
         """One group: members and their assignment, and per partition its lag."""
@@ -195,9 +195,11 @@ class Console:
             "state": info.state,
             "assignor": info.assignor,
             "coordinator": info.coordinator,
+            "protocol": info.protocol,
             "members": [
                 {
                     "member_id": m.member_id,
+                    "instance_id": m.instance_id,
                     "client_id": m.client_id,
                     "host": m.host,
                     "assignment": [[s, p] for s, p in m.assignment],

@@ -123,12 +123,7 @@ class Pages:
 
     def overview(self, request: Request) -> dict[str, Any]:
         c = self.console
-        return {
-            "streams": c.streams(),
-            "groups": c.groups(),
-            "share_groups": c.share_groups(),
-            "durable": self.durable(),
-        }
+        return {"streams": c.streams(), **c.groups(), "durable": self.durable()}
 
     def durable(self) -> list[Any]:
         return self.console.durable() if self.console.store is not None else []

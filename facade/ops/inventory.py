@@ -55,12 +55,14 @@ class MemberInfo:
         client_id: The client's ``client.id`` (bolide: ``bolide-sub-<stream>``).
         host: Where it connects from.
         assignment: The ``(stream, partition)`` pairs it owns.
+        instance_id: Its ``group.instance.id`` (a static member), else ``None``.
     """
 
     member_id: str
     client_id: str
     host: str
     assignment: tuple[tuple[str, int], ...]
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class GroupInfo:
         committed: Committed offsets (next offset to read) per ``(stream, partition)``.
         coordinator: The coordinating broker, ``host:port``.
         assignor: The partition assignor in use.
+        protocol: ``CLASSIC`` or ``CONSUMER`` (KIP-848), ``UNKNOWN`` when not told.
     """
 
     group_id: str
@@ -83,6 +86,7 @@ class GroupInfo:
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     coordinator: str | None = None
     assignor: str | None = None
+    protocol: str = "UNKNOWN"
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -120,6 +124,12 @@ class GroupInfo:
                 for (s, p), o in sorted(self.committed.items())
             ],
         }
+
+
+def _protocol(described: Any) -> str:
+    """The group's protocol as the broker named it (``CLASSIC``, ``CONSUMER``)."""
+    kind = getattr(described, "type", None)
+    return str(getattr(kind, "name", None) or "UNKNOWN")
 
 
 @dataclass(frozen=True)
@@ -281,6 +291,7 @@ def describe_groups(
                         for tp in (m.assignment.topic_partitions if m.assignment else [])
                     )
                 ),
+                instance_id=getattr(m, "group_instance_id", None) or None,
             )
             for m in described.members
         )
@@ -293,6 +304,7 @@ def describe_groups(
                 committed=committed_offsets(admin, name, timeout_s=timeout_s),
                 coordinator=f"{coordinator.host}:{coordinator.port}" if coordinator else None,
                 assignor=described.partition_assignor or None,
+                protocol=_protocol(described),
             )
         )
     return out

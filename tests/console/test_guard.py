@@ -1,0 +1,74 @@
+"""The console's door on its own (no cluster): the token, the same-origin rule and the
+settings that refuse an open door. The same rules over the real console are in
+test_console.py."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from bolide.console.guard import SESSION_COOKIE, Guard, session_value
+from bolide.console.pages import lag_points
+from bolide.console.settings import ConsoleSettings, is_loopback
+from bolide.facade import Cluster
+
+TOKEN = "a-console-token-of-thirty-chars"
+
+
+def door(token: str | None) -> TestClient:
+    async def ok(request: object) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    routes = [Route(p, ok, methods=["GET", "POST"]) for p in ("/", "/api/x", "/login")]
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+    return TestClient(app, base_url="http://127.0.0.1:8080")
+
+
+def test_without_a_token_reads_pass_and_cross_site_posts_do_not():
+    client = door(None)
+    assert client.get("/").text == "ok"
+    assert client.post("/api/x").text == "ok"  # a script: no Origin
+    assert client.post("/api/x", headers={"Origin": "http://127.0.0.1:8080"}).text == "ok"
+    for origin in ("http://evil.example", "http://127.0.0.1:9999", "null"):
+        refused = client.post("/api/x", headers={"Origin": origin})
+        assert refused.status_code == 403, origin
+    referer = client.post("/", headers={"Referer": "https://evil.example/page"})
+    assert referer.status_code == 403
+
+
+def test_a_token_is_asked_of_every_request_but_the_login():
+    client = door(TOKEN)
+    assert client.get("/api/x").status_code == 401
+    assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+    assert client.get("/login").text == "ok"
+    assert client.get("/api/x", headers={"Authorization": f"Bearer {TOKEN}"}).text == "ok"
+    assert client.get("/api/x", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
+    client.cookies.set(SESSION_COOKIE, TOKEN)  # the token itself is not the cookie
+    assert client.get("/api/x").status_code == 401
+    client.cookies.set(SESSION_COOKIE, session_value(TOKEN))
+    assert client.get("/api/x").text == "ok"
+
+
+def test_settings_refuse_an_open_door():
+    cluster = Cluster("127.0.0.1:9092")
+    assert ConsoleSettings(cluster).host == "127.0.0.1"
+    for host in ("0.0.0.0", "10.1.2.3", "console.example"):
+        with pytest.raises(ValueError, match="token"):
+            ConsoleSettings(cluster, host=host)
+    assert ConsoleSettings(cluster, host="0.0.0.0", token=TOKEN).token == TOKEN
+    with pytest.raises(ValueError, match="at least 16"):
+        ConsoleSettings(cluster, token="short")
+    with pytest.raises(ValueError, match="port"):
+        ConsoleSettings(cluster, port=-1)
+    assert [is_loopback(h) for h in ("localhost", "127.0.0.2", "::1", "[::1]", "::")] == [
+        True, True, True, True, False,
+    ]  # fmt: skip
+
+
+def test_the_lag_chart_spans_its_samples():
+    assert lag_points([]) == "" and lag_points([(0, 5)]) == ""
+    assert lag_points([(1000, 0), (2000, 10), (3000, 5)]) == "0.0,160.0 300.0,0.0 600.0,80.0"
