@@ -133,10 +133,12 @@ class Api:
             Route("/api/durable", answer(lambda _: {"clients": durable_rows(c)})),
         ]
 
-    def records(self, request: Request) -> Response:
+    def records(self, request: Request) -> Response | None:
         name = request.path_params["name"]
         search, limit = search_of(request)
         found = self.console.search(name, search, limit)
+        if found is None:
+            return None
         return export(found_rows(found), request, found_body(found, limit))
 
     def group(self, request: Request) -> dict[str, Any] | None:

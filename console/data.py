@@ -145,9 +145,21 @@ class Console:
         return [_stream_row(t, archive) for t in topics if not t.name.startswith("__")]
 
     def stream(self, name: str) -> dict[str, Any] | None:
-        """One stream's partitions: log start, log end, archived frontier and lag."""
+        """One stream's partitions: log start, log end, archived frontier and lag; a stream
+        Kafka no longer has (or does not show this user) but the archive holds has only its
+        archived partitions; ``None`` when neither knows it."""
         rows = [s for s in self.streams() if s["stream"] == name]
-        return rows[0] if rows else None
+        if rows:
+            return rows[0]
+        if self.store is None or name not in self.store.streams():
+            return None
+        parts = [
+            {"partition": p, "log_start": None, "log_end": None, "archive_lag": None,
+             "archived": self.store.largest_offset(name, p)}
+            for p in self.store.partitions(name)
+        ]  # fmt: skip
+        return {"stream": name, "partitions": parts, "records": 0, "end": 0,
+                "archived": True, "archive_lag": None}  # fmt: skip
 
     def groups(self) -> dict[str, list[dict[str, Any]]]:
         """Consumer groups (state, members, total lag) and share groups (backlog), from one
@@ -212,9 +224,12 @@ class Console:
 
     # -- records ----------------------------------------------------------------------------
 
-    def search(self, stream: str, search: Search, limit: int) -> Found:
+    def search(self, stream: str, search: Search, limit: int) -> Found | None:
         """Records of ``stream`` matching ``search``: the archive's, then Kafka's past each
-        partition's archived frontier."""
+        partition's archived frontier; ``None`` when neither knows the stream (or Kafka does
+        not show it to this user and nothing of it is archived)."""
+        if not self._known(stream):
+            return None
         limit = min(limit, self.settings.max_rows)
         deadline = time.monotonic() + self.settings.query_timeout_ms / 1000
         found: dict[tuple[int, int], Record] = {}
@@ -230,6 +245,12 @@ class Console:
         scanned, complete = self._scan(stream, search, frontiers, found, limit, deadline)
         records = [found[k] for k in sorted(found)][:limit]
         return Found(records, min(archived, len(records)), scanned, complete)
+
+    def _known(self, name: str) -> bool:
+        """Whether Kafka shows stream ``name`` to this user, or the archive holds it."""
+        if list_topics(self.settings.cluster, [name], settings=False):
+            return True
+        return self.store is not None and name in self.store.streams()
 
     def _scan(
         self,

@@ -134,6 +134,8 @@ class Pages:
             return None
         search, limit = search_of(request)
         found = self.console.search(found_stream["stream"], search, limit)
+        if found is None:
+            return None
         return {"stream": found_stream, "found": found, "body": found_body(found, limit)}
 
     def group(self, request: Request) -> dict[str, Any] | None:
@@ -152,8 +154,13 @@ class Pages:
         return {"dlq_stream": stream, "where": where, "letters": letters}
 
     def records_export(self, request: Request) -> Response:
-        search, limit = search_of(request)
-        found = self.console.search(request.path_params["name"], search, limit)
+        try:
+            search, limit = search_of(request)
+            found = self.console.search(request.path_params["name"], search, limit)
+        except (BolideError, ValueError) as exc:
+            return Response(str(exc), error_status(exc), media_type="text/plain")
+        if found is None:
+            return Response("no such stream", 404, media_type="text/plain")
         body = found_body(found, limit)
         return export(body["records"], request, body)
 
