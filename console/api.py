@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bolide.console.data import Console, Found, NoStoreError, record_row
+from bolide.console.data import Console, NoStoreError, record_row
+from bolide.console.search import Found
 from bolide.facade.cli.common import parse_time_ms
 from bolide.facade.errors import AuthorizationError, BolideError, DeadLetterFilterError
 from bolide.facade.ops.text import render_bytes
@@ -26,6 +28,9 @@ from bolide.stores import Search
 
 __all__ = ["Api", "answer", "error_status", "export", "json_cell", "search_of"]
 
+_INT64 = 2**63 - 1
+#: A spreadsheet runs a cell starting so as a formula: exported cells get a quote first.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 READ_ONLY = "this console is read-only: start it with --allow-writes to replay or purge"
 
 
@@ -41,9 +46,12 @@ def error_status(error: BaseException) -> int:
 
 
 def json_cell(value: Any) -> Any:
-    """A query cell as JSON: bytes as ``render_bytes`` text."""
+    """A query cell as JSON: bytes as ``render_bytes`` text, a float JSON cannot hold
+    (infinite, NaN) as its text."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return render_bytes(bytes(value))
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if value is None or isinstance(value, (int, float, str, bool)):
         return value
     return str(value)
@@ -64,8 +72,8 @@ def search_of(request: Request) -> tuple[Search, int]:
         text = q.get(name)
         if text is None or text == "":
             return None
-        if not text.isdigit():
-            raise ValueError(f"{name} must be a non-negative integer, not {text!r}")
+        if not text.isdigit() or int(text) > _INT64:
+            raise ValueError(f"{name} must be an integer from 0 to 2^63-1, not {text!r}")
         return int(text)
 
     def when(name: str) -> int | None:
@@ -75,7 +83,7 @@ def search_of(request: Request) -> tuple[Search, int]:
     after = None
     if q.get("after"):
         p, sep, o = q["after"].partition(":")
-        if not sep or not p.isdigit() or not o.isdigit():
+        if not sep or not p.isdigit() or not o.isdigit() or max(int(p), int(o)) > _INT64:
             raise ValueError(f"after must be PARTITION:OFFSET, not {q['after']!r}")
         after = (int(p), int(o))
     key, text = q.get("key"), q.get("q")
@@ -139,7 +147,7 @@ class Api:
         found = self.console.search(name, search, limit)
         if found is None:
             return None
-        return export(found_rows(found), request, found_body(found, limit))
+        return export(found_rows(found), request, found_body(found))
 
     def group(self, request: Request) -> dict[str, Any] | None:
         name = request.path_params["group"]
@@ -231,15 +239,13 @@ def found_rows(found: Found) -> list[dict[str, Any]]:
     return [record_row(r) for r in found.records]
 
 
-def found_body(found: Found, limit: int) -> dict[str, Any]:
-    last = found.records[-1] if found.records else None
-    more = last is not None and (len(found.records) >= limit or not found.complete)
+def found_body(found: Found) -> dict[str, Any]:
     return {
         "records": found_rows(found),
         "archived": found.archived,
         "scanned": found.scanned,
         "complete": found.complete,
-        "next": f"{last.partition}:{last.offset}" if more and last is not None else None,
+        "next": None if found.next is None else f"{found.next[0]}:{found.next[1]}",
     }
 
 
@@ -269,7 +275,10 @@ def export(
 
 
 def _csv_cell(value: Any) -> Any:
-    return json.dumps(value) if isinstance(value, (list, dict)) else value
+    text = json.dumps(value) if isinstance(value, (list, dict)) else value
+    if isinstance(text, str) and text.startswith(_FORMULA):
+        return "'" + text  # shown as text by a spreadsheet, never run
+    return text
 
 
 def _download(ext: str) -> dict[str, str]:

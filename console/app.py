@@ -65,13 +65,14 @@ def serve(settings: ConsoleSettings, ready: Callable[[str], None] | None = None)
     serves (with ``port=0``, on the port the system picked)."""
     import uvicorn
 
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    bind = settings.host.strip("[]")  # "[::1]" names the address ::1
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
+    sock.bind((bind, settings.port))
     sock.listen(128)  # connections queue from here on: the line printed is true at once
     port = sock.getsockname()[1]
-    host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
+    host = f"[{bind}]" if family == socket.AF_INET6 else bind
     url = f"http://{host}:{port}/"
     app = create_app(settings, ready=None if ready is None else (lambda: ready(url)))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

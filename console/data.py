@@ -1,56 +1,32 @@
 """What the console's pages and API show, gathered from the cluster and the history store
 through the library (``bolide.facade.ops``, ``bolide.stores``); no HTML or HTTP here.
 
-A search answers from the archive's indexes first and reads Kafka only past the archived
-frontier of each partition (what the store does not hold yet), up to ``scan_limit`` records
-and the query time limit; the result says whether that scan was complete.
+A search answers from the archive's indexes first and reads Kafka only where the archive
+holds nothing (``search.py``).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
+from bolide.console.search import Found, search
 from bolide.console.settings import ConsoleSettings
 from bolide.facade.errors import BolideError
-from bolide.facade.kafka import probe_consumer
 from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
 from bolide.facade.ops.text import render_bytes
-from bolide.facade.record import Record, record_from_message
+from bolide.facade.record import Record
 from bolide.stores import DeadLetter, DeadLetters, QueryResult, Search, SqlStore, run_query
 from bolide.stores.durable_registry import SqlDurableRegistry
 
-__all__ = ["Console", "Found", "LagSampler", "NoStoreError", "record_row"]
+__all__ = ["Console", "LagSampler", "NoStoreError", "record_row"]
 
 
 class NoStoreError(BolideError):
     """The console runs without a history store (``--db``), and this needs one."""
-
-
-@dataclass(frozen=True)
-class Found:
-    """A search's records, archive and Kafka spliced, in (partition, offset) order.
-
-    Attributes:
-        records: The records found (at most the limit asked).
-        archived: How many of them came from the archive.
-        scanned: Kafka records read past the archive.
-        complete: Kafka was read to its end past the archive (else the scan limit or the
-            time limit stopped it: more may match).
-    """
-
-    records: list[Record]
-    archived: int
-    scanned: int
-    complete: bool
 
 
 def record_row(record: Record) -> dict[str, Any]:
@@ -224,83 +200,19 @@ class Console:
 
     # -- records ----------------------------------------------------------------------------
 
-    def search(self, stream: str, search: Search, limit: int) -> Found | None:
-        """Records of ``stream`` matching ``search``: the archive's, then Kafka's past each
-        partition's archived frontier; ``None`` when neither knows the stream (or Kafka does
-        not show it to this user and nothing of it is archived)."""
+    def search(self, stream: str, wanted: Search, limit: int) -> Found | None:
+        """Records of ``stream`` matching ``wanted``: the archive's, then Kafka's where the
+        archive has none (``console/search.py``); ``None`` when neither knows the stream (or
+        Kafka does not show it to this user and nothing of it is archived)."""
         if not self._known(stream):
             return None
-        limit = min(limit, self.settings.max_rows)
-        deadline = time.monotonic() + self.settings.query_timeout_ms / 1000
-        found: dict[tuple[int, int], Record] = {}
-        frontiers: dict[int, int] = {}
-        if self.store is not None:
-            for record in self.store.search(stream, search, limit):
-                found[(record.partition or 0, record.offset or 0)] = record
-            for p in self.store.partitions(stream):
-                top = self.store.largest_offset(stream, p)
-                if top is not None:
-                    frontiers[p] = top + 1
-        archived = len(found)
-        scanned, complete = self._scan(stream, search, frontiers, found, limit, deadline)
-        records = [found[k] for k in sorted(found)][:limit]
-        return Found(records, min(archived, len(records)), scanned, complete)
+        return search(self.settings, self.store, stream, wanted, limit)
 
     def _known(self, name: str) -> bool:
         """Whether Kafka shows stream ``name`` to this user, or the archive holds it."""
         if list_topics(self.settings.cluster, [name], settings=False):
             return True
         return self.store is not None and name in self.store.streams()
-
-    def _scan(
-        self,
-        stream: str,
-        search: Search,
-        frontiers: dict[int, int],
-        found: dict[tuple[int, int], Record],
-        limit: int,
-        deadline: float,
-    ) -> tuple[int, bool]:
-        """Read Kafka past the archive into ``found``; (records read, read to the end)."""
-        topics = list_topics(self.settings.cluster, [stream], settings=False)
-        if not topics:
-            return 0, True
-        ends: dict[int, int] = {}
-        starts: list[TopicPartition] = []
-        for part in topics[0].partitions:
-            p = part.partition
-            if search.partition is not None and p != search.partition:
-                continue
-            start = max(part.log_start, frontiers.get(p, 0), search.from_offset or 0)
-            if search.after is not None and p <= search.after[0]:
-                start = max(start, search.after[1] + 1) if p == search.after[0] else part.log_end
-            end = min(part.log_end, search.to_offset) if search.to_offset else part.log_end
-            if start < end:
-                ends[p] = end
-                starts.append(TopicPartition(stream, p, start))
-        if not starts:
-            return 0, True
-        scanned = 0
-        with _consumer(self.settings) as consumer:
-            consumer.assign(starts)
-            while ends and scanned < self.settings.scan_limit and time.monotonic() < deadline:
-                for msg in consumer.consume(500, timeout=0.2):
-                    if msg.error() is not None:
-                        continue
-                    p, offset = msg.partition() or 0, msg.offset() or 0
-                    stop = ends.get(p)
-                    if stop is None or offset >= stop:
-                        ends.pop(p, None)  # past the end taken at the start
-                        continue
-                    if offset == stop - 1:
-                        del ends[p]
-                    scanned += 1
-                    record = record_from_message(msg)
-                    if _matches(record, search):
-                        found.setdefault((p, offset), record)
-                if _enough(found, limit, ends):
-                    break
-        return scanned, not ends
 
     # -- the store --------------------------------------------------------------------------
 
@@ -362,31 +274,6 @@ def _stream_row(
     }
 
 
-def _matches(record: Record, search: Search) -> bool:
-    if search.key is not None and record.key != search.key:
-        return False
-    ts = record.timestamp_ms
-    if search.from_ms is not None and (ts is None or ts < search.from_ms):
-        return False
-    if search.to_ms is not None and (ts is None or ts >= search.to_ms):
-        return False
-    needle = search.contains
-    if needle:
-        return (record.data is not None and needle in record.data) or any(
-            needle in value for _, value in record.headers
-        )
-    return True
-
-
-def _enough(found: dict[tuple[int, int], Record], limit: int, ends: dict[int, int]) -> bool:
-    """Whether ``limit`` records below every partition still being read are found."""
-    if len(found) < limit:
-        return False
-    kept = sorted(found)[:limit]
-    last = kept[-1]
-    return all(p > last[0] for p in ends)
-
-
 def _where_ids(stream: str, ids: list[str] | None) -> str | None:
     """A filter choosing dead letters by id (``<stream>/<partition>/<offset>``).
 
@@ -403,12 +290,3 @@ def _where_ids(stream: str, ids: list[str] | None) -> str | None:
             raise ValueError(f"{item!r} is not a dead letter of {stream}")
         terms.append(f"(kafka_partition = {int(partition)} AND kafka_offset = {int(rest)})")
     return " OR ".join(terms)
-
-
-@contextmanager
-def _consumer(settings: ConsoleSettings) -> Iterator[Any]:
-    consumer = probe_consumer(settings.cluster, **{"enable.partition.eof": False})
-    try:
-        yield consumer
-    finally:
-        consumer.close()

@@ -1,6 +1,8 @@
 """The console's door: the token, the same-origin rule for anything that is not a read, and
 the CSRF token of its forms.
 
+- Without a token (a console on loopback), a request must name a loopback host (``Host``):
+  a page of another site whose name was rebound to 127.0.0.1 (DNS rebinding) is refused.
 - With a token set, every request but the login page and the static files carries it:
   ``Authorization: Bearer <token>`` (scripts), or the cookie the login form sets (browsers;
   ``HttpOnly``, ``SameSite=Strict``). A page without it goes to the login form, an API call
@@ -22,6 +24,8 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bolide.console.settings import is_loopback
 
 __all__ = ["CSRF_COOKIE", "SESSION_COOKIE", "Guard", "check_csrf", "csrf_token", "session_value"]
 
@@ -45,7 +49,12 @@ def csrf_token(request: Request) -> str:
 def check_csrf(request: Request, sent: str | None) -> bool:
     """Whether a form's CSRF field matches the browser's cookie."""
     cookie = request.cookies.get(CSRF_COOKIE)
-    return bool(cookie and sent and hmac.compare_digest(cookie, sent))
+    return bool(cookie and sent and same_text(cookie, sent))
+
+
+def same_text(a: str, b: str) -> bool:
+    """``a == b`` in constant time (any characters)."""
+    return hmac.compare_digest(a.encode(errors="surrogatepass"), b.encode(errors="surrogatepass"))
 
 
 class Guard:
@@ -68,15 +77,17 @@ class Guard:
 
     def refusal(self, request: Request) -> Response | None:
         """The answer to a request the door does not let through, else ``None``."""
-        path = request.url.path
+        path = request.scope["path"]  # as routed: never rebuilt from the Host header
+        if self.token is None and not is_loopback(_hostname(request)):
+            return _refused(path, 403, "this console answers loopback names only (no token)")
         if request.method not in _READS and not same_origin(request):
-            return _refused(request, 403, "cross-site request refused")
+            return _refused(path, 403, "cross-site request refused")
         if self.token is None or path.startswith(_OPEN):
             return None
         if self.holds_token(request):
             return None
         if path.startswith("/api/"):
-            return _refused(request, 401, "a token is needed (Authorization: Bearer ...)")
+            return _refused(path, 401, "a token is needed (Authorization: Bearer ...)")
         return RedirectResponse("/login", status_code=303)
 
     def holds_token(self, request: Request) -> bool:
@@ -84,9 +95,8 @@ class Guard:
         assert token is not None
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and given:
-            return hmac.compare_digest(given.encode(), token.encode())
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        return hmac.compare_digest(cookie.encode(), session_value(token).encode())
+            return same_text(given, token)
+        return same_text(request.cookies.get(SESSION_COOKIE, ""), session_value(token))
 
 
 def same_origin(request: Request) -> bool:
@@ -102,7 +112,15 @@ def same_origin(request: Request) -> bool:
     return bool(host) and parts.netloc == host and parts.scheme in ("http", "https")
 
 
-def _refused(request: Request, status: int, why: str) -> Response:
-    if request.url.path.startswith("/api/"):
+def _hostname(request: Request) -> str:
+    """The host a request names, without its port (``[::1]:8080`` gives ``::1``)."""
+    host = request.headers.get("host", "")
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def _refused(path: str, status: int, why: str) -> Response:
+    if path.startswith("/api/"):
         return JSONResponse({"error": why}, status_code=status)
     return Response(why, status_code=status, media_type="text/plain")

@@ -7,7 +7,6 @@ records show keys, payloads and headers as text, never as markup.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from bolide.console.guard import (
     SESSION_COOKIE,
     check_csrf,
     csrf_token,
+    same_text,
     session_value,
 )
 from bolide.console.settings import ConsoleSettings
@@ -136,7 +136,7 @@ class Pages:
         found = self.console.search(found_stream["stream"], search, limit)
         if found is None:
             return None
-        return {"stream": found_stream, "found": found, "body": found_body(found, limit)}
+        return {"stream": found_stream, "found": found, "body": found_body(found)}
 
     def group(self, request: Request) -> dict[str, Any] | None:
         name = request.path_params["group"]
@@ -161,7 +161,7 @@ class Pages:
             return Response(str(exc), error_status(exc), media_type="text/plain")
         if found is None:
             return Response("no such stream", 404, media_type="text/plain")
-        body = found_body(found, limit)
+        body = found_body(found)
         return export(body["records"], request, body)
 
     # -- forms --------------------------------------------------------------------------------
@@ -177,6 +177,8 @@ class Pages:
             return Response(READ_ONLY, 403)
         stream = _field(form, "stream") or ""
         ids = [str(v) for v in form.getlist("id")]
+        if not ids:  # nothing ticked is not "all of them"
+            return self.render(request, "error.html", 400, error="tick the dead letters first")
         to = _field(form, "to") or None
         return await run_in_threadpool(self._dlq_act, request, action, stream, ids, to)
 
@@ -227,7 +229,7 @@ class Pages:
             return self.render(request, "login.html", refused=False)
         form = await request.form()
         given = _field(form, "token") or ""
-        if not (check_csrf(request, _field(form, "csrf")) and secrets.compare_digest(given, token)):
+        if not (check_csrf(request, _field(form, "csrf")) and same_text(given, token)):
             return self.render(request, "login.html", 403, refused=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(SESSION_COOKIE, session_value(token), httponly=True, samesite="strict")

@@ -52,8 +52,9 @@ def run_query(
     max_rows: int | None = None,
     read_only_hint: str = "the query runs read-only",
 ) -> QueryResult:
-    """Run ``query`` (one statement, ``:name`` placeholders bound from ``params``) on
-    ``store``: read-only unless ``write`` (then committed), stopped after ``timeout_ms``;
+    """Run ``query`` on ``store``: one statement (with ``params``, its ``:name``
+    placeholders bound from them, else sent as written), read-only unless ``write`` (then
+    committed), stopped after ``timeout_ms``; at most ``max_rows`` rows are fetched.
     ``read_only_hint`` follows the database's refusal of a change.
 
     Raises:
@@ -64,14 +65,18 @@ def run_query(
     dialect = store.sql_dialect
     started = time.monotonic()
     try:
-        with store.engine.connect() as conn:
+        options = {"stream_results": True} if max_rows is not None else {}
+        with store.engine.connect().execution_options(**options) as conn:
             try:
                 dialect.one_statement(conn)
                 if not write:
                     dialect.read_only(conn)
                 if timeout_ms is not None:
                     dialect.time_limit(conn, timeout_ms)
-                result = conn.execute(sa.text(query), dict(params or {}))
+                if params is None:
+                    result = conn.exec_driver_sql(query)
+                else:
+                    result = conn.execute(sa.text(query), dict(params))
                 if result.returns_rows:
                     columns = tuple(result.keys())
                     fetched = result.fetchmany(max_rows + 1) if max_rows is not None else None

@@ -252,25 +252,41 @@ class SqlStore(Closing):
 
         return self.guarded("read", fetch, stream=stream, partition=partition)
 
-    def search(self, stream: str, search: Search, limit: int = 100) -> list[Record]:
+    def search(
+        self, stream: str, search: Search, limit: int = 100, *, timeout_ms: int | None = None
+    ) -> list[Record]:
         """Up to ``limit`` archived records of ``stream``'s current topic incarnation that
         match ``search`` (a key, bytes in the payload or a header, times, offsets), in
-        (partition, offset) order; ``search.after`` pages on.
+        (partition, offset) order; ``search.after`` pages on. ``timeout_ms`` stops a search
+        that runs longer (bytes in payloads are found by reading them).
 
         Raises:
             ValueError: A negative limit.
-            StoreError: The database failed.
+            StoreError: The database failed, or the search ran past ``timeout_ms``.
         """
         _check_stream(stream)
         check_int("limit", limit)
         if limit == 0:
             return []
         self.check_schema_once()
+        dialect = self.sql_dialect
 
         def fetch() -> list[Record]:
             with self.engine.connect() as conn:
-                key = incarnations.stored_as(conn, stream)
-                return search_records(conn, self.sql_dialect, stream, key, search, limit)
+                if timeout_ms is not None:
+                    dialect.time_limit(conn, timeout_ms)
+                try:
+                    key = incarnations.stored_as(conn, stream)
+                    return search_records(conn, dialect, stream, key, search, limit)
+                except exc.DBAPIError as error:
+                    if dialect.timed_out(error.orig):
+                        raise StoreError(
+                            f"the search of {stream} stopped after {timeout_ms} ms (its limit)"
+                        ) from None
+                    raise
+                finally:
+                    if timeout_ms is not None:
+                        conn.invalidate()  # its time limit never goes back to the pool
 
         return self.guarded("search", fetch, stream=stream)
 

@@ -250,8 +250,12 @@ class SQLite(SqlDialect):
             conn.exec_driver_sql("BEGIN")
 
     def read_only(self, conn: Connection) -> None:
-        # sqlite3 runs one statement per execute; query_only refuses every change.
+        # sqlite3 runs one statement per execute; query_only refuses every change to this
+        # database, and the authorizer what would write elsewhere or change the session:
+        # ATTACH (and VACUUM INTO, which attaches), DETACH, a PRAGMA that sets something.
         conn.exec_driver_sql("PRAGMA query_only = ON")
+        raw: Any = conn.connection.dbapi_connection
+        raw.set_authorizer(_read_only_authorizer)
 
     def contains(self, column: Any, needle: bytes) -> sa.ColumnElement[bool]:
         return sa.func.instr(column, sa.literal(needle, sa.LargeBinary)) > 0
@@ -270,7 +274,8 @@ class SQLite(SqlDialect):
 
     def refused_change(self, error: object) -> bool:
         code = getattr(error, "sqlite_errorcode", None)
-        return isinstance(code, int) and code & 0xFF == 8  # SQLITE_READONLY
+        # SQLITE_READONLY, or SQLITE_AUTH: the read-only authorizer's refusal
+        return isinstance(code, int) and code & 0xFF in (8, 23)
 
     def refused_several(self, error: object) -> bool:
         return isinstance(error, sqlite3.ProgrammingError) and "one statement" in str(error)
@@ -311,6 +316,23 @@ class SQLite(SqlDialect):
 
     def mark_outbox_sent(self, conn: Connection, sent: Sequence[Sent], sent_ms: int) -> None:
         mark_each(conn, sent, sent_ms)  # in-process calls: a statement per row costs little
+
+
+#: PRAGMAs that take an argument and only read (the schema's description).
+_READING_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+)
+
+
+def _read_only_authorizer(
+    action: int, first: str | None, second: str | None, db: str | None, trigger: str | None
+) -> int:
+    """A read-only session's ``sqlite3`` authorizer (``SQLite.read_only``)."""
+    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA and second is not None:
+        return sqlite3.SQLITE_OK if first in _READING_PRAGMAS else sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
 
 
 class PostgreSQL(SqlDialect):

@@ -22,17 +22,19 @@ pytestmark = [pytest.mark.kafka]
 
 
 @pytest.fixture
-def served(estate: Estate) -> Iterator[str]:
+def served(estate: Estate, tmp_path: Path) -> Iterator[str]:
     """``bolide console --port 0 --allow-writes`` over the estate; its URL."""
     command = [
         sys.executable, "-m", "bolide.facade.cli", "console",
         "-b", estate.cluster.bootstrap_servers, "--db", estate.db, "--port", "0",
         "--allow-writes",
     ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "console.log"
+    with log.open("w") as errors:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("console on http://127.0.0.1:"), (line, proc.stderr.read())
+        assert line.startswith("console on http://127.0.0.1:"), (line, log.read_text())
         yield line.split(" on ", 1)[1].strip()
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop
@@ -57,6 +59,16 @@ def browser() -> Iterator[object]:
         yield driver
     finally:
         driver.quit()
+
+
+def shown(driver: object, element_id: str, text: str) -> bool:
+    """Whether the element ``element_id`` is there and shows ``text`` (not yet: False)."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return text in driver.find_element("id", element_id).text  # type: ignore[attr-defined]
+    except (NoSuchElementException, StaleElementReferenceException):
+        return False
 
 
 def shot(driver: object, tmp_path: Path, name: str) -> None:
@@ -87,12 +99,12 @@ def test_every_page_renders_in_a_browser(estate, served, browser, tmp_path):
         "SELECT stream, count(*) AS n FROM bolide_records GROUP BY stream"
     )
     browser.find_element(By.ID, "run").click()
-    eventually(lambda: "30" in browser.find_element(By.ID, "result").text, 30)
+    eventually(lambda: shown(browser, "result", "30"), 30)
     shot(browser, tmp_path, "sql")
     assert "No durable clients." in text_of("/durable")
     letters = text_of(f"/dlq?stream={estate.dlq}")
     assert "boom" in letters
     browser.find_elements(By.NAME, "id")[0].click()
     browser.find_element(By.ID, "replay").click()
-    eventually(lambda: "replay: 1 dead letter" in browser.find_element(By.ID, "note").text, 60)
+    eventually(lambda: shown(browser, "note", "replay: 1 dead letter"), 60)
     shot(browser, tmp_path, "dlq")

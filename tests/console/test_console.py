@@ -151,6 +151,9 @@ def test_forms_need_their_csrf_token(estate, console_of):
     assert ran.status_code == 200 and ">42<" in ran.text
     replay = client.post("/dlq/replay", data={"stream": estate.dlq, "id": f"{estate.dlq}/0/0"})
     assert replay.status_code == 403
+    nothing = client.post("/dlq/purge", data={"stream": estate.dlq, "csrf": csrf})
+    assert nothing.status_code == 400  # nothing ticked is not "all of them"
+    assert len(client.get(f"/api/dlq/{estate.dlq}").json()["letters"]) == 2
 
 
 def test_pages_show_payloads_as_text(estate, console_of):

@@ -40,6 +40,30 @@ def test_without_a_token_reads_pass_and_cross_site_posts_do_not():
     assert referer.status_code == 403
 
 
+def test_without_a_token_only_loopback_names_are_answered():
+    """A site whose name was rebound to 127.0.0.1 sends its own name as the Host: refused,
+    reads too (DNS rebinding)."""
+    client = door(None)
+    rebound = client.get("/api/x", headers={"Host": "evil.example:8080"})
+    assert rebound.status_code == 403
+    same_site = {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}
+    assert client.post("/api/x", headers=same_site).status_code == 403
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert client.get("/api/x", headers={"Host": host}).text == "ok", host
+    assert (
+        door(TOKEN)
+        .get("/api/x", headers={"Host": "console.example", "Authorization": f"Bearer {TOKEN}"})
+        .text
+        == "ok"
+    )
+
+
+def test_a_crafted_host_does_not_open_the_login_path():
+    client = door(TOKEN)
+    crafted = client.get("/api/x", headers={"Host": "x/login"})
+    assert crafted.status_code == 401
+
+
 def test_a_token_is_asked_of_every_request_but_the_login():
     client = door(TOKEN)
     assert client.get("/api/x").status_code == 401
