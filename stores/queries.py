@@ -54,7 +54,8 @@ def run_query(
 ) -> QueryResult:
     """Run ``query`` on ``store``: one statement (with ``params``, its ``:name``
     placeholders bound from them, else sent as written), read-only unless ``write`` (then
-    committed), stopped after ``timeout_ms``; at most ``max_rows`` rows are fetched.
+    committed), stopped after ``timeout_ms``; at most ``max_rows`` rows are kept (psycopg
+    reads a result whole: on PostgreSQL the time limit is what bounds it).
     ``read_only_hint`` follows the database's refusal of a change.
 
     Raises:
@@ -65,8 +66,7 @@ def run_query(
     dialect = store.sql_dialect
     started = time.monotonic()
     try:
-        options = {"stream_results": True} if max_rows is not None else {}
-        with store.engine.connect().execution_options(**options) as conn:
+        with store.engine.connect() as conn:
             try:
                 dialect.one_statement(conn)
                 if not write:
