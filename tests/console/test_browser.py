@@ -38,7 +38,10 @@ def served(estate: Estate, tmp_path: Path) -> Iterator[str]:
         yield line.split(" on ", 1)[1].strip()
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop
-        assert proc.wait(30) == 0
+        code = proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        assert code == 0, log.read_text()
 
 
 @pytest.fixture

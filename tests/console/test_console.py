@@ -173,14 +173,14 @@ def test_without_a_store_the_archive_pages_say_so(estate, console_of):
     assert refused.status_code == 409 and "--db" in refused.json()["error"]
 
 
-def test_an_unreachable_cluster_is_a_message(estate):
+def test_an_unreachable_cluster_is_a_message():
     from starlette.testclient import TestClient
 
     from bolide.console.app import create_app
 
     away = Cluster("127.0.0.1:1", **{"socket.connection.setup.timeout.ms": 1000})
     app = create_app(ConsoleSettings(away), sample=False)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
         answer = client.get("/api/streams")
         assert answer.status_code == 502 and answer.json()["error"]
         assert "Traceback" not in client.get("/").text
