@@ -49,7 +49,8 @@ def create_app(
     routes = [
         *Pages(console, settings).routes(),
         *Api(console, settings.allow_writes).routes(),
-        Mount("/static", StaticFiles(directory=_STATIC), name="static"),
+        # follow_symlink: an editable install links each file of the package in
+        Mount("/static", StaticFiles(directory=_STATIC, follow_symlink=True), name="static"),
     ]
     app = Starlette(
         routes=routes,

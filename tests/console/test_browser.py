@@ -90,6 +90,10 @@ def test_every_page_renders_in_a_browser(estate, served, browser, tmp_path):
 
     overview = text_of("/")
     assert estate.stream in overview and estate.group in overview
+    # The vendored htmx and the stylesheet are served from the package (no CDN).
+    assert browser.execute_script("return typeof htmx") == "object"
+    nav = browser.find_element(By.TAG_NAME, "nav")
+    assert nav.value_of_css_property("background-color") == "rgba(29, 36, 48, 1)"
     shot(browser, tmp_path, "overview")
     page = text_of(f"/streams/{estate.stream}?key=k7")
     assert "<script>window.__pwned = 1</script>" in page  # shown as text
