@@ -236,7 +236,8 @@ def durable_rows(console: Console) -> list[dict[str, Any]]:
 
 
 def found_rows(found: Found) -> list[dict[str, Any]]:
-    return [record_row(r) for r in found.records]
+    decoded = found.decoded or [None] * len(found.records)
+    return [record_row(r, d) for r, d in zip(found.records, decoded, strict=True)]
 
 
 def found_body(found: Found) -> dict[str, Any]:

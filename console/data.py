@@ -8,13 +8,16 @@ holds nothing (``search.py``).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from bolide.console.search import Found, search
 from bolide.console.settings import ConsoleSettings
-from bolide.facade.errors import BolideError
+from bolide.facade.avro import AvroSerde
+from bolide.facade.errors import BolideError, SerializationError
 from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
 from bolide.facade.ops.text import render_bytes
@@ -29,14 +32,16 @@ class NoStoreError(BolideError):
     """The console runs without a history store (``--db``), and this needs one."""
 
 
-def record_row(record: Record) -> dict[str, Any]:
-    """A record as JSON-ready text (keys, payloads and header values as ``render_bytes``)."""
+def record_row(record: Record, decoded: Any = None) -> dict[str, Any]:
+    """A record as JSON-ready text (keys, payloads and header values as ``render_bytes``),
+    with its value ``decoded`` (Avro) when it was."""
     return {
         "partition": record.partition,
         "offset": record.offset,
         "timestamp_ms": record.timestamp_ms,
         "key": None if record.key is None else render_bytes(record.key),
         "value": None if record.data is None else render_bytes(record.data),
+        "decoded": None if decoded is None else json.loads(json.dumps(decoded, default=str)),
         "headers": [[name, render_bytes(value)] for name, value in record.headers],
     }
 
@@ -94,6 +99,9 @@ class Console:
         self.settings = settings
         self.store = SqlStore(settings.db) if settings.db else None
         self.lags = LagSampler(settings)
+        # Decodes Confluent-framed Avro through the store's schema registry (the writer
+        # schema comes from the id in each value; the serde's own schema is never used).
+        self._avro = AvroSerde('"null"', registry=self.store) if self.store else None
 
     def close(self) -> None:
         self.lags.stop()
@@ -206,7 +214,21 @@ class Console:
         Kafka does not show it to this user and nothing of it is archived)."""
         if not self._known(stream):
             return None
-        return search(self.settings, self.store, stream, wanted, limit)
+        found = search(self.settings, self.store, stream, wanted, limit)
+        return dataclasses.replace(found, decoded=[self.decode(r) for r in found.records])
+
+    def decode(self, record: Record) -> Any:
+        """``record``'s value decoded when it is Avro framed the Confluent way and its schema
+        is in the store's registry; else ``None`` (shown as bytes)."""
+        data, serde = record.data, self._avro
+        if serde is None or data is None or len(data) < 5 or data[0] != 0:
+            return None
+        try:
+            return serde.decode(
+                data, stream=record.stream or "", partition=record.partition, offset=record.offset
+            )
+        except SerializationError:
+            return None
 
     def _known(self, name: str) -> bool:
         """Whether Kafka shows stream ``name`` to this user, or the archive holds it."""

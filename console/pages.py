@@ -7,6 +7,7 @@ records show keys, payloads and headers as text, never as markup.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,9 @@ class Pages:
         found = self.console.search(found_stream["stream"], search, limit)
         if found is None:
             return None
-        return {"stream": found_stream, "found": found, "body": found_body(found)}
+        decoded = [None if d is None else json.dumps(d, default=str) for d in found.decoded]
+        return {"stream": found_stream, "found": found, "body": found_body(found),
+                "decoded": decoded or [None] * len(found.records)}  # fmt: skip
 
     def group(self, request: Request) -> dict[str, Any] | None:
         name = request.path_params["group"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
@@ -41,6 +41,8 @@ class Found:
         complete: Kafka was read as far as the page needed (else the scan limit or the time
             limit stopped it: ``next`` goes on from where it stopped).
         next: The ``after`` of the next page (``None``: this was the last).
+        decoded: Each record's value decoded (Avro framed the Confluent way, its schema in
+            the store's registry), else ``None``; filled by ``Console.search``.
     """
 
     records: list[Record]
@@ -48,6 +50,7 @@ class Found:
     scanned: int
     complete: bool
     next: Place | None
+    decoded: list[Any] = field(default_factory=list)
 
 
 @dataclass

@@ -184,3 +184,22 @@ def test_an_unreachable_cluster_is_a_message():
         answer = client.get("/api/streams")
         assert answer.status_code == 502 and answer.json()["error"]
         assert "Traceback" not in client.get("/").text
+
+
+def test_avro_values_are_shown_decoded(estate, console_of, stream_factory):
+    """A value framed the Confluent way, its schema in the store's SQL registry, is shown
+    decoded beside its bytes; one that is not Avro is shown as bytes only."""
+    from bolide.facade import AvroSerde, Publisher, PublisherConfig, Record
+
+    schema = {"type": "record", "name": "Order", "fields": [{"name": "qty", "type": "int"}]}
+    stream = stream_factory(name_prefix="console-avro")
+    serde = AvroSerde(schema, registry=estate.db)
+    with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(serde.encode({"qty": 7}, stream=stream.name), key=b"a"), 60)
+        pub.publish(Record(b"plain", key=b"b"), 60)
+    client = console_of()
+    rows = client.get(f"/api/streams/{stream.name}/records").json()["records"]
+    assert [r["decoded"] for r in rows] == [{"qty": 7}, None]
+    assert rows[1]["value"] == "plain"
+    page = client.get(f"/streams/{stream.name}").text
+    assert "{&#34;qty&#34;: 7}" in page or '{"qty": 7}' in page
