@@ -193,8 +193,11 @@ def test_avro_values_are_shown_decoded(estate, console_of, stream_factory):
 
     schema = {"type": "record", "name": "Order", "fields": [{"name": "qty", "type": "int"}]}
     stream = stream_factory(name_prefix="console-avro")
-    serde = AvroSerde(schema, registry=estate.db)
-    with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+    with (
+        SqlStore(estate.db) as store,
+        Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub,
+    ):
+        serde = AvroSerde(schema, registry=store)
         pub.publish(Record(serde.encode({"qty": 7}, stream=stream.name), key=b"a"), 60)
         pub.publish(Record(b"plain", key=b"b"), 60)
     client = console_of()
