@@ -39,8 +39,6 @@ def fill(cluster: Cluster, count: int) -> StreamConfig:
     with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
         for i in range(count):
             pub.publish_async(Record(b"x" * 100, key=b"k%d" % (i % keys)))
-            if i % 50_000 == 0:
-                pub.poll(0)
         pub.flush(_TIMEOUT_S)
     return stream
 
