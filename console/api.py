@@ -23,7 +23,7 @@ from bolide.console.data import Console, NoStoreError, record_row
 from bolide.console.search import Found
 from bolide.facade.cli.common import parse_time_ms
 from bolide.facade.errors import AuthorizationError, BolideError, DeadLetterFilterError
-from bolide.facade.ops.text import render_bytes
+from bolide.facade.ops.text import json_cell as text_cell
 from bolide.stores import Search
 
 __all__ = ["Api", "answer", "error_status", "export", "json_cell", "search_of"]
@@ -46,15 +46,11 @@ def error_status(error: BaseException) -> int:
 
 
 def json_cell(value: Any) -> Any:
-    """A query cell as JSON: bytes as ``render_bytes`` text, a float JSON cannot hold
-    (infinite, NaN) as its text."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return render_bytes(bytes(value))
+    """A query cell as strict JSON (``ops.text.json_cell``; an infinite or NaN float, which
+    a JSON response refuses, as its text)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if value is None or isinstance(value, (int, float, str, bool)):
-        return value
-    return str(value)
+    return text_cell(value)
 
 
 def search_of(request: Request) -> tuple[Search, int]:

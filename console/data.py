@@ -16,7 +16,7 @@ from typing import Any
 
 from bolide.console.search import Found, search
 from bolide.console.settings import ConsoleSettings
-from bolide.facade.avro import AvroSerde
+from bolide.facade.avro import MAGIC_BYTE, AvroSerde
 from bolide.facade.errors import BolideError, SerializationError
 from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
@@ -46,6 +46,14 @@ def record_row(record: Record, decoded: Any = None) -> dict[str, Any]:
     }
 
 
+def group_lags(report: LagReport) -> dict[str, int]:
+    """Each group's total lag in ``report``."""
+    totals: dict[str, int] = collections.Counter()
+    for row in report.partitions:
+        totals[row.group] += row.lag
+    return totals
+
+
 @dataclass
 class LagSampler:
     """Total lag per group, sampled every ``every_s`` while the console runs (the charts)."""
@@ -70,9 +78,7 @@ class LagSampler:
     def sample(self) -> None:
         """One sample of every group's total lag."""
         report = lag_report(self.settings.cluster)
-        totals: dict[str, int] = collections.Counter()
-        for row in report.partitions:
-            totals[row.group] += row.lag
+        totals = group_lags(report)
         with self._lock:
             for group, lag in totals.items():
                 series = self.samples.setdefault(group, collections.deque(maxlen=self.keep))
@@ -149,9 +155,7 @@ class Console:
         """Consumer groups (state, members, total lag) and share groups (backlog), from one
         snapshot."""
         report = lag_report(self.settings.cluster)
-        totals: dict[str, int] = collections.Counter()
-        for row in report.partitions:
-            totals[row.group] += row.lag
+        totals = group_lags(report)
         backlogs: dict[str, int] = collections.Counter()
         for queue in report.share:
             backlogs[queue.group] += queue.backlog
@@ -212,16 +216,18 @@ class Console:
         """Records of ``stream`` matching ``wanted``: the archive's, then Kafka's where the
         archive has none (``console/search.py``); ``None`` when neither knows the stream (or
         Kafka does not show it to this user and nothing of it is archived)."""
-        if not self._known(stream):
+        topics = list_topics(self.settings.cluster, [stream], settings=False)
+        if not topics and (self.store is None or stream not in self.store.streams()):
             return None
-        found = search(self.settings, self.store, stream, wanted, limit)
+        topic = topics[0] if topics else None
+        found = search(self.settings, self.store, topic, stream, wanted, limit)
         return dataclasses.replace(found, decoded=[self.decode(r) for r in found.records])
 
     def decode(self, record: Record) -> Any:
         """``record``'s value decoded when it is Avro framed the Confluent way and its schema
         is in the store's registry; else ``None`` (shown as bytes)."""
         data, serde = record.data, self._avro
-        if serde is None or data is None or len(data) < 5 or data[0] != 0:
+        if serde is None or data is None or len(data) < 5 or data[0] != MAGIC_BYTE:
             return None
         try:
             return serde.decode(
@@ -229,12 +235,6 @@ class Console:
             )
         except SerializationError:
             return None
-
-    def _known(self, name: str) -> bool:
-        """Whether Kafka shows stream ``name`` to this user, or the archive holds it."""
-        if list_topics(self.settings.cluster, [name], settings=False):
-            return True
-        return self.store is not None and name in self.store.streams()
 
     # -- the store --------------------------------------------------------------------------
 

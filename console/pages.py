@@ -21,7 +21,6 @@ from starlette.routing import Route
 from bolide.console.api import (
     READ_ONLY,
     error_status,
-    export,
     found_body,
     json_cell,
     search_of,
@@ -77,7 +76,6 @@ class Pages:
             Route("/", self.page("index.html", self.overview)),
             Route("/fragments/overview", self.page("overview.html", self.overview)),
             Route("/streams/{name}", self.page("stream.html", self.stream)),
-            Route("/streams/{name}/export", self.records_export),
             Route("/groups/{group}", self.page("group.html", self.group)),
             Route("/dlq", self.page("dlq.html", self.dlq)),
             Route("/dlq/{action:str}", self.dlq_write, methods=["POST"]),
@@ -155,17 +153,6 @@ class Pages:
         where = request.query_params.get("where", "")
         letters = self.console.dead_letters(stream, where or None) if stream else []
         return {"dlq_stream": stream, "where": where, "letters": letters}
-
-    def records_export(self, request: Request) -> Response:
-        try:
-            search, limit = search_of(request)
-            found = self.console.search(request.path_params["name"], search, limit)
-        except (BolideError, ValueError) as exc:
-            return Response(str(exc), error_status(exc), media_type="text/plain")
-        if found is None:
-            return Response("no such stream", 404, media_type="text/plain")
-        body = found_body(found)
-        return export(body["records"], request, body)
 
     # -- forms --------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from bolide.console.settings import ConsoleSettings
 from bolide.facade.errors import AuthorizationError, BrokerError
 from bolide.facade.kafka import probe_consumer
-from bolide.facade.ops.inventory import list_topics
+from bolide.facade.ops.inventory import TopicInfo
 from bolide.facade.record import Record, record_from_message
 from bolide.stores import Search, SqlStore
 
@@ -68,9 +68,15 @@ class _Scan:
 
 
 def search(
-    settings: ConsoleSettings, store: SqlStore | None, stream: str, wanted: Search, limit: int
+    settings: ConsoleSettings,
+    store: SqlStore | None,
+    topic: TopicInfo | None,
+    stream: str,
+    wanted: Search,
+    limit: int,
 ) -> Found:
-    """The first ``limit`` records of ``stream`` matching ``wanted`` (after ``wanted.after``).
+    """The first ``limit`` records of ``stream`` matching ``wanted`` (after ``wanted.after``);
+    ``topic``: the stream's partitions in Kafka (``None``: Kafka does not have it).
 
     Raises:
         AuthorizationError: Kafka refused the read.
@@ -89,7 +95,7 @@ def search(
         found = {(r.partition or 0, r.offset or 0): r for r in hits}
     archived = set(found)
     scan = _Scan(stream, wanted, limit, settings.scan_limit, deadline, found)
-    _read_kafka(settings, scan, _ranges(settings, stream, wanted, held))
+    _read_kafka(settings, scan, _ranges(topic, wanted, held))
     places = sorted(found)
     if scan.stopped is not None:
         places = [k for k in places if k <= scan.stopped]
@@ -108,13 +114,12 @@ def search(
 
 
 def _ranges(
-    settings: ConsoleSettings, stream: str, wanted: Search, held: dict[int, tuple[int, int]]
+    topic: TopicInfo | None, wanted: Search, held: dict[int, tuple[int, int]]
 ) -> list[tuple[int, int, int]]:
     """The (partition, start, end) ranges Kafka holds and the archive does not, in order,
     within what ``wanted`` asks for."""
-    topics = list_topics(settings.cluster, [stream], settings=False)
     out: list[tuple[int, int, int]] = []
-    for part in topics[0].partitions if topics else ():
+    for part in topic.partitions if topic is not None else ():
         p = part.partition
         if wanted.partition is not None and p != wanted.partition:
             continue

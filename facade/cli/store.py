@@ -20,7 +20,7 @@ from bolide.facade.cli.common import (
     require_streams,
 )
 from bolide.facade.config import StreamConfig
-from bolide.facade.ops.text import render_bytes, table
+from bolide.facade.ops.text import json_cell, table
 from bolide.stores.archive import Archiver, ArchiverStats
 from bolide.stores.dialects import dialect_of
 from bolide.stores.queries import run_query
@@ -301,7 +301,7 @@ def _sql(args: argparse.Namespace) -> int:
     columns, rows, affected, elapsed = result.columns, result.rows, result.changed, result.elapsed_s
     done = "committed" if args.write else "read-only"
     if args.json:
-        print(json.dumps([dict(zip(columns, map(_json_cell, row), strict=True)) for row in rows]))
+        print(json.dumps([dict(zip(columns, map(json_cell, row), strict=True)) for row in rows]))
     elif columns:
         print(table(columns, rows))
         plural = "s" if len(rows) != 1 else ""
@@ -337,11 +337,3 @@ def _param(item: str) -> tuple[str, Any]:
     except ValueError:
         raise ValueError(f"--param {name}: {raw!r} is not a valid {kind}") from None
     raise ValueError(f"--param {name}: type {kind!r} is not one of {', '.join(_PARAM_TYPES)}")
-
-
-def _json_cell(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return render_bytes(bytes(value))
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)

@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["render_bytes", "table"]
+__all__ = ["json_cell", "render_bytes", "table"]
 
 _CELL_WIDTH = 60  # longer cells are cut, with "..."
+
+
+def json_cell(value: Any) -> Any:
+    """A query cell as a JSON value: bytes as ``render_bytes`` text, what JSON lacks as its
+    text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return render_bytes(bytes(value))
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
 
 
 def _text(value: Any) -> str:
