@@ -20,8 +20,8 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from benchmarks._common import Command, Context, Ratio, Report, markdown_table, positive_int
-from bolide.facade.avro.registry import MemorySchemaRegistry
-from bolide.facade.avro.serde import AvroSerde
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.registry import MemorySchemaRegistry
 
 SMALL = {
     "type": "record",

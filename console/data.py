@@ -16,12 +16,12 @@ from typing import Any
 
 from bolide.console.search import Found, search
 from bolide.console.settings import ConsoleSettings
-from bolide.facade.avro import MAGIC_BYTE, AvroSerde
 from bolide.facade.errors import BolideError, SerializationError
 from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups, list_topics
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
 from bolide.facade.ops.text import render_bytes
 from bolide.facade.record import Record
+from bolide.facade.schemas.avro import MAGIC_BYTE, AvroSerde
 from bolide.stores import DeadLetter, DeadLetters, QueryResult, Search, SqlStore, run_query
 from bolide.stores.durable_registry import SqlDurableRegistry
 

@@ -7,14 +7,6 @@ the other names imported here stay importable from this package as before.
 
 # First: it decides whether the compiled ``_cy`` modules or their sources are imported.
 from bolide.facade import _cext
-from bolide.facade.avro.registry import (
-    Compatibility,
-    ConfluentSchemaRegistry,
-    MemorySchemaRegistry,
-    RegisteredSchema,
-    SchemaRegistry,
-)
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -72,6 +64,18 @@ from bolide.facade.resequencer.core import (
 )
 from bolide.facade.resequencer.sequence import sequence_headers
 from bolide.facade.retry import Retry, RetryTier
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.json_schema import JsonSchemaSerde
+from bolide.facade.schemas.protobuf import ProtobufSerde
+from bolide.facade.schemas.registry import (
+    Compatibility,
+    ConfluentSchemaRegistry,
+    MemorySchemaRegistry,
+    RegisteredSchema,
+    Schema,
+    SchemaReference,
+    SchemaRegistry,
+)
 from bolide.facade.share import ShareSubscriber
 from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.streams import StreamsSubscriber
@@ -89,10 +93,12 @@ __all__ = [
     "HistoryStore",
     "IllegalSubscriberStateError",
     "InitialOffsetScheme",
+    "JsonSchemaSerde",
     "MemorySchemaRegistry",
     "NotAssignedError",
     "OffsetOutOfRangeError",
     "ProducerFencedError",
+    "ProtobufSerde",
     "PublishCallback",
     "PublishError",
     "Publisher",
@@ -105,6 +111,8 @@ __all__ = [
     "Resequencer",
     "Retry",
     "RetryTier",
+    "Schema",
+    "SchemaReference",
     "SerializationError",
     "ShareSubscriber",
     "StoreError",

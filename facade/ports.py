@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bolide.facade.record import Record, RecordBatch
 
 __all__ = [
+    "SCHEMA_TYPES",
     "ArchiveStore",
     "Claim",
     "ClaimState",
@@ -34,6 +35,7 @@ __all__ = [
     "Compatibility",
     "DurableClient",
     "DurableRegistry",
+    "FramedSerde",
     "HistoryStore",
     "Incarnation",
     "Incarnations",
@@ -42,10 +44,13 @@ __all__ = [
     "PublishCallback",
     "PublisherLike",
     "RegisteredSchema",
+    "Schema",
+    "SchemaReference",
     "SchemaRegistry",
     "Serde",
     "SubscriberLike",
     "TopicIdentity",
+    "TypedSchemaRegistry",
     "TypedSerde",
     "now_ms",
     "open_plugin",
@@ -196,14 +201,42 @@ class Serde(Protocol):
 @runtime_checkable
 class TypedSerde(Serde, Protocol):
     """A serde whose payloads name their schema, so the archive can keep a typed table of them
-    (``AvroSerde`` is one: Confluent's header carries the schema id)."""
+    (``AvroSerde``, ``ProtobufSerde`` and ``JsonSchemaSerde`` are: Confluent's framing carries
+    the schema id)."""
 
-    def payload_schema_id(self, data: bytes) -> int:
-        """The schema id ``data`` was written with; ``SerializationError`` if it names none."""
+    def payload_schema_id(self, data: bytes, headers: Any = None) -> int:
+        """The schema id ``data`` (with its record's ``headers``) was written with;
+        ``SerializationError`` if it names none."""
         ...
 
     def value_schema(self, schema_id: int) -> Any:
-        """The parsed schema the values decoded from ``schema_id`` follow."""
+        """The Avro-shaped schema the ``plain`` values decoded from ``schema_id`` follow."""
+        ...
+
+    def plain(self, value: Any) -> Any:
+        """A decoded value as dicts, lists and scalars (what the typed archive stores)."""
+        ...
+
+
+@runtime_checkable
+class FramedSerde(TypedSerde, Protocol):
+    """A serde that may carry the schema id in a header (Confluent's header framing): a
+    publisher asks it for whole records, and a subscriber gives it each record's headers."""
+
+    def encode_record(self, obj: Any, *, stream: str) -> Record:
+        """The record for ``obj``: its payload, and the schema id header if framed so."""
+        ...
+
+    def decode(
+        self,
+        data: bytes,
+        *,
+        stream: str,
+        partition: int | None,
+        offset: int | None,
+        headers: Any = None,
+    ) -> Any:
+        """The object in ``data``, its schema found in ``headers`` first."""
         ...
 
 
@@ -239,6 +272,33 @@ class Compatibility(enum.Enum):
             raise ValueError(f"compatibility level {level!r} is not one of {names}") from None
 
 
+#: The schema formats a registry knows, by Confluent's ``schemaType`` names.
+SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSON")
+
+
+@dataclass(frozen=True)
+class SchemaReference:
+    """A schema another one uses: ``name`` as the referring schema writes it (a ``.proto`` file
+    name, a JSON Schema ``$ref``, an Avro full name), found as ``version`` of ``subject``."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A schema as a registry keeps it: its text, its format and the schemas it references.
+
+    ``text`` is Avro or JSON Schema JSON, or for Protobuf the base64 of a serialized
+    ``FileDescriptorProto`` (what confluent-kafka's ``ProtobufSerializer`` registers).
+    """
+
+    text: str
+    schema_type: str = "AVRO"
+    references: tuple[SchemaReference, ...] = ()
+
+
 @dataclass(frozen=True)
 class RegisteredSchema:
     """One version of a subject."""
@@ -247,6 +307,12 @@ class RegisteredSchema:
     version: int
     schema_id: int
     schema: str
+    schema_type: str = "AVRO"
+    references: tuple[SchemaReference, ...] = ()
+
+    def as_schema(self) -> Schema:
+        """The schema this version holds."""
+        return Schema(self.schema, self.schema_type, self.references)
 
 
 @runtime_checkable
@@ -279,6 +345,41 @@ class SchemaRegistry(Protocol):
 
     def set_compatibility(self, subject: str, level: Compatibility | str) -> None:
         """Set the subject's compatibility level."""
+        ...
+
+
+@runtime_checkable
+class TypedSchemaRegistry(SchemaRegistry, Protocol):
+    """A registry of every format (``Schema``), with references and schema GUIDs: what
+    ``ProtobufSerde`` and ``JsonSchemaSerde`` need, and the header framing of any serde.
+    ``register`` takes a ``Schema`` as well as Avro text."""
+
+    def schema(self, schema_id: int) -> Schema:
+        """The schema of ``schema_id`` with its format and references.
+
+        Raises:
+            SchemaNotFoundError: No schema has this id.
+        """
+        ...
+
+    def version(self, subject: str, version: int) -> RegisteredSchema:
+        """One version of a subject (how references are resolved).
+
+        Raises:
+            SchemaNotFoundError: The subject has no such version.
+        """
+        ...
+
+    def guid(self, schema_id: int) -> str:
+        """The GUID of ``schema_id`` (what the header framing carries)."""
+        ...
+
+    def id_of_guid(self, guid: str) -> int:
+        """The schema id of a GUID.
+
+        Raises:
+            SchemaNotFoundError: No schema has this GUID.
+        """
         ...
 
 

@@ -19,6 +19,7 @@ from bolide.facade._internal.fatal import FATAL_CODES
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.ports import FramedSerde
 from bolide.facade.producer.deliveries import (
     PARTITION_UNASSIGNED,
     REFUSED,
@@ -97,6 +98,8 @@ class Publisher(Closing):
         )
         self._group_key = group.encode() if group else None
         self._topic = self.stream.name
+        # A serde that may put the schema id in a header makes whole records.
+        self._framed = isinstance(config.serde, FramedSerde)
         # A single-partition stream names its partition; otherwise the key's partitioner picks.
         self._partition = 0 if self.partitions == 1 else PARTITION_UNASSIGNED
         self._closed = threading.Event()
@@ -155,6 +158,9 @@ class Publisher(Closing):
                 f"publish_async takes a Record (or bytes), not {type(item).__name__}; "
                 "configure PublisherConfig(serde=...) to publish objects"
             )
+        if self._framed:
+            record: Record = serde.encode_record(item, stream=self.stream.name)
+            return record
         return Record(serde.encode(item, stream=self.stream.name))
 
     def publish_async(

@@ -22,14 +22,14 @@ from typing import Any
 
 import pandas as pd
 
-from bolide.facade.avro.compat import parse_with_names
-from bolide.facade.avro.registry import (
+from bolide.facade.errors import SerializationError
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.avro_compat import parse_with_names
+from bolide.facade.schemas.registry import (
     ConfluentSchemaRegistry,
     MemorySchemaRegistry,
     SchemaRegistry,
 )
-from bolide.facade.avro.serde import AvroSerde
-from bolide.facade.errors import SerializationError
 
 __all__ = ["avro_spark_type", "from_avro_udf"]
 

@@ -157,7 +157,7 @@ def _check_store(store: str | SqlStore) -> None:
 
 def _shipped_serde(serde: Any | None) -> Any | None:
     """What executors rebuild ``serde`` from: an ``AvroSerde``'s description, else itself."""
-    from bolide.facade.avro.serde import AvroSerde
+    from bolide.facade.schemas.avro import AvroSerde
 
     if isinstance(serde, AvroSerde):
         from bolide.spark.avro import serde_spec

@@ -1,14 +1,17 @@
-"""SqlSchemaRegistry: Avro schema ids kept in the history store's database.
+"""SqlSchemaRegistry: schema ids (Avro, Protobuf, JSON Schema) kept in the history store's
+database.
 
 A deployment that already runs a ``SqlStore`` needs no other service for schema ids: the
-tables of revision ``0002`` hold each distinct schema once (a global id, as Confluent Schema
-Registry assigns), the versions of each subject, and each subject's compatibility level.
+tables of revisions ``0002`` and ``0012`` hold each distinct schema once (a global id and a
+GUID, as Confluent Schema Registry assigns, its format and references), the versions of each
+subject, and each subject's compatibility level.
 Registration runs in one transaction; a concurrent registration of the same schema or subject
 version is retried, so every process agrees on one id.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -16,14 +19,18 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from bolide.facade.avro.registry import (
+from bolide.facade.errors import SchemaNotFoundError
+from bolide.facade.schemas.registry import (
     Compatibility,
     RegisteredSchema,
+    Schema,
+    SchemaReference,
+    as_schema,
     check_compatible,
-    schema_fingerprint,
-    schema_text,
+    fingerprint_of,
+    guid_of,
+    resolve_named,
 )
-from bolide.facade.errors import SchemaNotFoundError
 from bolide.stores.dialects import dialect_of
 from bolide.stores.schema import SCHEMA_SUBJECTS, SCHEMA_VERSIONS, SCHEMAS
 from bolide.stores.store import SqlStore
@@ -56,7 +63,7 @@ class SqlSchemaRegistry:
             raise TypeError(
                 f"store_or_url must be a SqlStore or a URL, not {type(store_or_url).__name__}"
             )
-        self._texts: dict[int, str] = {}  # ids never change: cache them forever
+        self._schemas: dict[int, Schema] = {}  # ids never change: cache them forever
         self._checked = False
         self._lock = threading.Lock()
 
@@ -66,22 +73,23 @@ class SqlSchemaRegistry:
             self._checked = True
 
     def register(self, subject: str, schema: Any) -> int:
-        """See ``SchemaRegistry.register``.
+        """See ``SchemaRegistry.register``; ``schema`` may be a ``Schema`` of any format.
 
         Raises:
             SchemaIncompatibleError: The schema breaks the subject's compatibility level.
             StoreError: The database failed.
         """
         _check_subject(subject)
-        text = schema_text(schema)
-        fingerprint = schema_fingerprint(text)
+        typed = as_schema(schema)
+        fingerprint = fingerprint_of(typed)
         self.check_schema_once()
+        named = resolve_named(typed.references, self.version)
 
         def attempts() -> int:
             for attempt in range(_ATTEMPTS):
                 try:
                     with self.store.engine.begin() as conn:
-                        return self._register(conn, subject, text, fingerprint)
+                        return self._register(conn, subject, typed, fingerprint, named)
                 except exc.IntegrityError:
                     # Another process registered the same schema or version first: look again.
                     if attempt == _ATTEMPTS - 1:
@@ -90,13 +98,20 @@ class SqlSchemaRegistry:
 
         return self.store.guarded("register", attempts)
 
-    def _register(self, conn: Connection, subject: str, text: str, fingerprint: str) -> int:
+    def _register(
+        self,
+        conn: Connection,
+        subject: str,
+        typed: Schema,
+        fingerprint: str,
+        named: dict[str, Schema],
+    ) -> int:
         s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
         known = conn.execute(
             sa.select(s.schema_id).where(s.fingerprint == fingerprint)
         ).scalar_one_or_none()
         versions = conn.execute(
-            sa.select(v.version, v.schema_id, s.schema)
+            sa.select(v.version, v.schema_id, *_SCHEMA_COLUMNS)
             .join(SCHEMAS, s.schema_id == v.schema_id)
             .where(v.subject == subject)
             .order_by(v.version)
@@ -104,11 +119,17 @@ class SqlSchemaRegistry:
         if known is not None and any(row.schema_id == known for row in versions):
             return int(known)
         level = self._level(conn, subject)
-        check_compatible(subject, level, text, [row.schema for row in versions])
+        check_compatible(subject, level, typed, [_schema_of(row) for row in versions], named)
         if known is None:
             conn.execute(
                 dialect_of(conn).insert_ignoring(SCHEMAS, [s.fingerprint]),
-                {"fingerprint": fingerprint, "schema": text},
+                {
+                    "fingerprint": fingerprint,
+                    "schema": typed.text,
+                    "schema_type": typed.schema_type,
+                    "schema_references": _references_text(typed.references),
+                    "guid": guid_of(fingerprint),
+                },
             )
             known = conn.execute(
                 sa.select(s.schema_id).where(s.fingerprint == fingerprint)
@@ -122,34 +143,64 @@ class SqlSchemaRegistry:
 
     def get_schema(self, schema_id: int) -> str:
         """See ``SchemaRegistry.get_schema``."""
-        text = self._texts.get(schema_id)
-        if text is not None:
-            return text
-        self.check_schema_once()
-        s = SCHEMAS.c
+        return self.schema(schema_id).text
 
-        def fetch() -> str | None:
-            with self.store.engine.connect() as conn:
-                found = conn.execute(sa.select(s.schema).where(s.schema_id == schema_id))
-                return found.scalar_one_or_none()
-
-        text = self.store.guarded("schema lookup", fetch)
-        if text is None:
+    def schema(self, schema_id: int) -> Schema:
+        """See ``TypedSchemaRegistry.schema``."""
+        found = self._schemas.get(schema_id)
+        if found is not None:
+            return found
+        row = self._fetch_one("schema lookup", SCHEMAS.c.schema_id == schema_id)
+        if row is None:
             raise SchemaNotFoundError(f"schema id {schema_id} is not registered")
-        self._texts[schema_id] = text
-        return text
+        self._schemas[schema_id] = found = _schema_of(row)
+        return found
+
+    def guid(self, schema_id: int) -> str:
+        """See ``TypedSchemaRegistry.guid``."""
+        return guid_of(fingerprint_of(self.schema(schema_id)))
+
+    def id_of_guid(self, guid: str) -> int:
+        """See ``TypedSchemaRegistry.id_of_guid``."""
+        row = self._fetch_one("schema GUID lookup", SCHEMAS.c.guid == guid)
+        if row is None:
+            raise SchemaNotFoundError(f"schema GUID {guid} is not registered")
+        return int(row.schema_id)
+
+    def _fetch_one(self, what: str, where: Any) -> Any:
+        self.check_schema_once()
+        query = sa.select(SCHEMAS.c.schema_id, *_SCHEMA_COLUMNS).where(where)
+
+        def fetch() -> Any:
+            with self.store.engine.connect() as conn:
+                return conn.execute(query).one_or_none()
+
+        return self.store.guarded(what, fetch)
+
+    def version(self, subject: str, version: int) -> RegisteredSchema:
+        """See ``TypedSchemaRegistry.version``."""
+        found = self._versions(subject, version)
+        if found is None:
+            raise SchemaNotFoundError(f"subject {subject!r} has no version {version}")
+        return found
 
     def latest(self, subject: str) -> RegisteredSchema | None:
         """See ``SchemaRegistry.latest``."""
+        return self._versions(subject, None)
+
+    def _versions(self, subject: str, version: int | None) -> RegisteredSchema | None:
+        """One version of ``subject`` (the latest for ``None``)."""
         self.check_schema_once()
         s, v = SCHEMAS.c, SCHEMA_VERSIONS.c
         query = (
-            sa.select(v.version, v.schema_id, s.schema)
+            sa.select(v.version, v.schema_id, *_SCHEMA_COLUMNS)
             .join(SCHEMAS, s.schema_id == v.schema_id)
             .where(v.subject == subject)
             .order_by(v.version.desc())
             .limit(1)
         )
+        if version is not None:
+            query = query.where(v.version == version)
 
         def fetch() -> Any:
             with self.store.engine.connect() as conn:
@@ -158,7 +209,15 @@ class SqlSchemaRegistry:
         row = self.store.guarded("subject lookup", fetch)
         if row is None:
             return None
-        return RegisteredSchema(subject, int(row.version), int(row.schema_id), str(row.schema))
+        found = _schema_of(row)
+        return RegisteredSchema(
+            subject,
+            int(row.version),
+            int(row.schema_id),
+            found.text,
+            found.schema_type,
+            found.references,
+        )
 
     def compatibility(self, subject: str) -> Compatibility:
         """See ``SchemaRegistry.compatibility``."""
@@ -208,6 +267,24 @@ class SqlSchemaRegistry:
 
     def __repr__(self) -> str:
         return f"SqlSchemaRegistry({self.store.url!r})"
+
+
+_SCHEMA_COLUMNS = (SCHEMAS.c.schema, SCHEMAS.c.schema_type, SCHEMAS.c.schema_references)
+
+
+def _schema_of(row: Any) -> Schema:
+    """The ``Schema`` of a row with ``_SCHEMA_COLUMNS``."""
+    references = tuple(
+        SchemaReference(str(name), str(subject), int(version))
+        for name, subject, version in json.loads(row.schema_references or "[]")
+    )
+    return Schema(str(row.schema), str(row.schema_type), references)
+
+
+def _references_text(references: tuple[SchemaReference, ...]) -> str | None:
+    if not references:
+        return None
+    return json.dumps([[r.name, r.subject, r.version] for r in references])
 
 
 def _check_subject(subject: object) -> None:

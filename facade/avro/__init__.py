@@ -1,13 +1,14 @@
-"""Avro records: the fastavro serde with Confluent's wire format, and schema registries."""
+"""Avro records: the serde in Confluent's wire format and the schema registries (the modules
+live in ``bolide.facade.schemas`` beside the other formats; this package keeps their names)."""
 
-from bolide.facade.avro.registry import (
+from bolide.facade.schemas.avro import MAGIC_BYTE, AvroSerde, default_registry, split_header
+from bolide.facade.schemas.registry import (
     Compatibility,
     ConfluentSchemaRegistry,
     MemorySchemaRegistry,
     RegisteredSchema,
     SchemaRegistry,
 )
-from bolide.facade.avro.serde import MAGIC_BYTE, AvroSerde, default_registry, split_header
 
 __all__ = [
     "MAGIC_BYTE",

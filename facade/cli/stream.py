@@ -182,7 +182,7 @@ def _serde(args: argparse.Namespace) -> Any:
         return None
     if not args.db:
         args.parser.error("--avro-schema needs --db (the SQL schema registry), or $BOLIDE_DB")
-    from bolide.facade.avro.serde import AvroSerde
+    from bolide.facade.schemas.avro import AvroSerde
 
     try:
         schema = Path(args.avro_schema).read_text(encoding="utf-8")

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.config import Cluster, PublisherConfig, StreamConfig
 from bolide.facade.publisher import Publisher
 from bolide.facade.record import Record
 from bolide.facade.resequencer.core import publish_sequence
 from bolide.facade.resequencer.sequence import sequence_headers
+from bolide.facade.schemas.avro import AvroSerde
 
 __all__ = ["ORDER_SCHEMA", "SYMBOLS", "Block", "Market", "is_block_part"]
 

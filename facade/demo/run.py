@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, TextIO
 
 from confluent_kafka import ConsumerGroupState
 
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -40,6 +39,7 @@ from bolide.facade.demo.orders import ORDER_SCHEMA, SYMBOLS, Market, wait_for
 from bolide.facade.demo.report import DemoSummary, archive_queries
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import admin_client
+from bolide.facade.schemas.avro import AvroSerde
 from bolide.stores.typed_archive import typed_table_name
 
 if TYPE_CHECKING:

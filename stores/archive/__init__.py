@@ -136,8 +136,9 @@ class Archiver(Closing):
         progress_interval_s: Seconds between progress calls.
         max_backoff_s: Longest wait between retries of a failed database write, or of a
             ``start()``-ed archiver's run after a broker or database that did not answer.
-        serdes: Serdes by stream name (``AvroSerde``): those streams also fill their typed
-            table (``bolide.stores.archive._typed``) in the same transaction. Needs a SqlStore.
+        serdes: Serdes by stream name (``AvroSerde``, ``ProtobufSerde``, ``JsonSchemaSerde``):
+            those streams also fill their typed table (``bolide.stores.archive._typed``) in
+            the same transaction. Needs a SqlStore.
         error_handler: ``fn(summary, error)`` for failures the archiver goes on after (typed
             rows the database refuses; a broker or database that does not answer, after
             which a ``start()``-ed archiver runs again with backoff up to ``max_backoff_s``)

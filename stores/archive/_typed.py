@@ -1,7 +1,9 @@
-"""Typed archive: the decoded fields of an Avro stream as columns, queryable in plain SQL.
+"""Typed archive: the decoded fields of a stream as columns, queryable in plain SQL.
 
-For a stream with an ``AvroSerde``, each archived record also becomes one row of a per-stream
-table, ``bolide_avro_<stream>``, keyed by ``(kafka_partition, kafka_offset)`` like the raw
+For a stream with an ``AvroSerde`` (or a ``ProtobufSerde``, a ``JsonSchemaSerde``: their
+``value_schema`` describes their plain values in Avro's terms), each archived record also
+becomes one row of a per-stream table, ``bolide_avro_<stream>`` (the prefix kept from when Avro
+was the only format), keyed by ``(kafka_partition, kafka_offset)`` like the raw
 archive, so that ``SELECT customer, sum(amount) FROM bolide_avro_orders WHERE country = 'FR'
 GROUP BY customer`` works on SQLite and PostgreSQL.
 
@@ -45,7 +47,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from bolide.facade.errors import SerializationError, StoreError
-from bolide.facade.ports import TypedSerde
+from bolide.facade.ports import FramedSerde, TypedSerde
 from bolide.facade.record import Record
 from bolide.stores.archive._avro_columns import (
     SQL_TYPES,
@@ -267,6 +269,7 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
         StoreError: Retriable: the schema registry is away (nothing is skipped).
     """
     rows: _Decoded = {}
+    framed = serde if isinstance(serde, FramedSerde) else None
     by_schema: dict[int, list[Field]] = {}
     skipped = 0
     for rec in records:
@@ -275,10 +278,21 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
         if rec.data is None:
             continue  # a tombstone has no typed row: the raw archive keeps it
         try:
-            schema_id = serde.payload_schema_id(rec.data)
-            value = serde.decode(
-                rec.data, stream=stream, partition=rec.partition, offset=rec.offset
-            )
+            if framed is not None:  # the schema id may be in a header
+                schema_id = framed.payload_schema_id(rec.data, rec.headers)
+                decoded = framed.decode(
+                    rec.data,
+                    stream=stream,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                    headers=rec.headers,
+                )
+            else:
+                schema_id = serde.payload_schema_id(rec.data)
+                decoded = serde.decode(
+                    rec.data, stream=stream, partition=rec.partition, offset=rec.offset
+                )
+            value = serde.plain(decoded)
             fields = by_schema.get(schema_id)
             if fields is None:
                 fields = by_schema[schema_id] = fields_of(serde.value_schema(schema_id))

@@ -1,8 +1,9 @@
-"""The schema registry tables as SQLAlchemy Core objects (revision ``0002``).
+"""The schema registry tables as SQLAlchemy Core objects (revisions ``0002`` and ``0012``).
 
 They live on the schema's one ``metadata`` so that ``alembic check`` compares them too.
-One row per distinct schema (its global id, text and fingerprint), one per subject version,
-and one per subject whose compatibility level was set (BACKWARD when absent).
+One row per distinct schema (its global id, format, text, references, fingerprint and GUID),
+one per subject version, and one per subject whose compatibility level was set (BACKWARD when
+absent).
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ SCHEMAS = sa.Table(
     sa.Column("schema_id", sa.Integer, nullable=False, autoincrement=True),
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("schema", sa.Text, nullable=False),
+    # AVRO, PROTOBUF or JSON (Confluent's schemaType)
+    sa.Column("schema_type", sa.String(16), nullable=False, server_default="AVRO"),
+    # The schemas this one references: a JSON list of [name, subject, version]; NULL for none.
+    sa.Column("schema_references", sa.Text, nullable=True),
+    # What the header framing carries; unique, one per schema.
+    sa.Column("guid", sa.String(36), nullable=True),
     sa.PrimaryKeyConstraint("schema_id", name="pk_bolide_schemas"),
     sa.UniqueConstraint("fingerprint", name="uq_bolide_schemas_fingerprint"),
+    sa.Index("ix_bolide_schemas_guid", "guid", unique=True),
 )
 
 #: One row per version of a subject, numbered from 1.

@@ -14,9 +14,9 @@ from fastavro.utils import generate_many
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bolide.facade.avro.compat import reader_incompatibilities
-from bolide.facade.avro.registry import Compatibility, check_compatible
 from bolide.facade.errors import SchemaIncompatibleError
+from bolide.facade.schemas.avro_compat import reader_incompatibilities
+from bolide.facade.schemas.registry import Compatibility, check_compatible
 
 
 def rec(name: str, *fields: dict[str, Any], **extra: Any) -> dict[str, Any]:

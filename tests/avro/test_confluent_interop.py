@@ -18,9 +18,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolide.facade.avro.registry import ConfluentSchemaRegistry
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.errors import SchemaIncompatibleError
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.registry import ConfluentSchemaRegistry
 from tests.avro.conftest import ORDER_V1, ORDER_V2, order
 
 ORDER_V1_TEXT = json.dumps(ORDER_V1)

@@ -14,13 +14,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bolide.facade.avro.registry import (
-    Compatibility,
-    ConfluentSchemaRegistry,
-    MemorySchemaRegistry,
-    SchemaRegistry,
-)
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.errors import (
     SchemaIncompatibleError,
     SchemaNotFoundError,
@@ -29,6 +22,13 @@ from bolide.facade.errors import (
     StoreError,
 )
 from bolide.facade.record import Record
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.registry import (
+    Compatibility,
+    ConfluentSchemaRegistry,
+    MemorySchemaRegistry,
+    SchemaRegistry,
+)
 from bolide.stores import SqlStore
 from bolide.stores.schema_registry import SqlSchemaRegistry
 from bolide.stores.typed_archive import write_typed

@@ -11,9 +11,9 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolide.facade.avro.registry import ConfluentSchemaRegistry, MemorySchemaRegistry
-from bolide.facade.avro.serde import AvroSerde, default_registry
 from bolide.facade.errors import SchemaIncompatibleError, SchemaNotFoundError, SerializationError
+from bolide.facade.schemas.avro import AvroSerde, default_registry
+from bolide.facade.schemas.registry import ConfluentSchemaRegistry, MemorySchemaRegistry
 from tests.avro.conftest import ORDER_V1, ORDER_V2, ORDER_V3, order
 
 
@@ -219,7 +219,8 @@ def test_fastavro_fast_path_is_in_use_and_agrees_with_its_public_fallback(
     # The fast path calls fastavro's private encoder and decoder; the fallback its public
     # schemaless_writer/reader. A fastavro release that changes the private ones fails here
     # (the probe at import would then have chosen the fallback, which must give equal bytes).
-    from bolide.facade.avro import codec, serde
+    from bolide.facade.schemas import avro as serde
+    from bolide.facade.schemas import avro_codec as codec
 
     assert codec.FAST, "fastavro's private encoder no longer agrees with its public one"
     fast = AvroSerde(ORDER_V1, registry=registry)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bolide.facade.avro.registry import MemorySchemaRegistry
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.errors import StoreError
 from bolide.facade.record import Record
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.registry import MemorySchemaRegistry
 from bolide.stores import SqlStore
 from bolide.stores.typed_archive import is_typed_table, typed_table_name, write_typed
 from tests.avro.conftest import ORDER_V1, ORDER_V2, ORDER_V3, order

@@ -22,10 +22,10 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from bolide.facade import Cluster, SerializationError, StreamConfig, SubscriberConfig
-from bolide.facade.avro.registry import ConfluentSchemaRegistry
-from bolide.facade.avro.serde import AvroSerde
 from bolide.facade.cli.main import main
 from bolide.facade.redaction import redact, redact_text, redact_url
+from bolide.facade.schemas.avro import AvroSerde
+from bolide.facade.schemas.registry import ConfluentSchemaRegistry
 from bolide.stores import SqlStore
 from tests.reliability.conftest import make_db_url
 
