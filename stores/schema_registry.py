@@ -64,6 +64,7 @@ class SqlSchemaRegistry:
                 f"store_or_url must be a SqlStore or a URL, not {type(store_or_url).__name__}"
             )
         self._schemas: dict[int, Schema] = {}  # ids never change: cache them forever
+        self._guids_written: set[int] = set()
         self._checked = False
         self._lock = threading.Lock()
 
@@ -157,8 +158,23 @@ class SqlSchemaRegistry:
         return found
 
     def guid(self, schema_id: int) -> str:
-        """See ``TypedSchemaRegistry.guid``."""
-        return guid_of(fingerprint_of(self.schema(schema_id)))
+        """See ``TypedSchemaRegistry.guid`` (written to a row that lacks it: one upgraded
+        offline)."""
+        guid = guid_of(fingerprint_of(self.schema(schema_id)))
+        if schema_id not in self._guids_written:
+            s = SCHEMAS.c
+
+            def write() -> None:
+                with self.store.engine.begin() as conn:
+                    conn.execute(
+                        sa.update(SCHEMAS)
+                        .where(s.schema_id == schema_id, s.guid.is_(None))
+                        .values(guid=guid)
+                    )
+
+            self.store.guarded("schema GUID", write)
+            self._guids_written.add(schema_id)
+        return guid
 
     def id_of_guid(self, guid: str) -> int:
         """See ``TypedSchemaRegistry.id_of_guid``."""

@@ -2,7 +2,8 @@
 schemas it references, and a GUID (what Confluent's header framing of a payload carries).
 
 Rows written before this revision are Avro schemas without references; their GUID is filled
-in from their fingerprint, as the registry computes it for new rows.
+in from their fingerprint, as the registry computes it for new rows (in offline mode, where no
+row can be read, by the registry the first time it hands that GUID out).
 
 Revision ID: 0012
 Revises: 0011
@@ -40,6 +41,9 @@ def upgrade() -> None:
         sa.column("fingerprint", sa.String),
         sa.column("guid", sa.String),
     )
+    if op.get_context().as_sql:
+        op.create_index("ix_bolide_schemas_guid", "bolide_schemas", ["guid"], unique=True)
+        return
     conn = op.get_bind()
     for row in conn.execute(sa.select(schemas.c.schema_id, schemas.c.fingerprint)).all():
         guid = str(uuid.uuid5(_GUIDS, row.fingerprint))
