@@ -196,7 +196,7 @@ class AvroSerde(SchemaSerde):
         if schema.schema_type != "AVRO":
             entry: tuple[_Prepared, str | None] = (
                 (None, {}, None),
-                f"schema id {schema_id} is a {schema.schema_type} schema, not Avro",
+                f"schema id {schema_id} is a {schema.schema_type} schema, not AVRO",
             )
             self._writers[schema_id] = entry
             return entry

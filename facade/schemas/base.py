@@ -238,7 +238,7 @@ class SchemaSerde:
                 ref = read_header(value, indexes=self._indexed)
                 assert ref.guid is not None
                 return self._typed_registry().id_of_guid(ref.guid), ref
-            ref = read_prefix(data, indexes=self._indexed)
+            ref = self._read_prefix(data)
         except SchemaNotFoundError as exc:
             raise SchemaNotFoundError(
                 str(decode_failure(str(exc), stream, partition, offset)),
@@ -252,6 +252,23 @@ class SchemaSerde:
             raise failure from exc
         assert ref.schema_id is not None
         return ref.schema_id, ref
+
+    def _read_prefix(self, data: bytes) -> SchemaRef:
+        """The prefix framing; for Protobuf, message indexes that do not read are explained by
+        the schema when it is of another format."""
+        try:
+            return read_prefix(data, indexes=self._indexed)
+        except SerializationError:
+            if not self._indexed:
+                raise
+            bare = read_prefix(data, indexes=False)
+            assert bare.schema_id is not None
+            found = self.fetch_schema(bare.schema_id, None, None, None).schema_type
+            if found != self.schema_type:
+                raise SerializationError(
+                    f"schema id {bare.schema_id} is a {found} schema, not {self.schema_type}"
+                ) from None
+            raise
 
     def payload_schema_id(
         self, data: bytes, headers: Sequence[tuple[str, bytes | None]] | None = None

@@ -241,7 +241,7 @@ class ProtobufSerde(SchemaSerde):
         self, schema_id: int, schema: Schema, indexes: tuple[int, ...]
     ) -> tuple[Any, str | None]:
         if schema.schema_type != "PROTOBUF":
-            return None, f"schema id {schema_id} is a {schema.schema_type} schema, not Protobuf"
+            return None, f"schema id {schema_id} is a {schema.schema_type} schema, not PROTOBUF"
         try:
             descriptor = _writer_descriptor(self._typed_registry(), schema, indexes)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
