@@ -132,7 +132,7 @@ def test_bad_payloads_are_typed_errors(registry: Any) -> None:
     with pytest.raises(SerializationError, match="offset 3: the body is not JSON"):
         serde.decode(good[:-1], stream="t", partition=0, offset=3)
     avro = AvroSerde('"string"', registry=registry).encode("x", stream="s")
-    with pytest.raises(SerializationError, match="an? AVRO schema, not JSON"):
+    with pytest.raises(SerializationError, match=r"an? AVRO schema, not JSON"):
         serde.decode(avro, stream="s", partition=0, offset=1)
     with pytest.raises(SerializationError, match="invalid JSON schema"):
         JsonSchemaSerde({"type": "no-such-type"}, registry=registry)
