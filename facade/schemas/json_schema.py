@@ -17,9 +17,10 @@ from bolide.facade.errors import SerializationError
 from bolide.facade.schemas.base import SchemaSerde
 from bolide.facade.schemas.framing import decode_failure
 from bolide.facade.schemas.json_compat import load_json_schema
+from bolide.facade.schemas.plain import json_plain_schema
 from bolide.facade.schemas.registry import Schema, SchemaReference, as_schema, resolve_named
 
-__all__ = ["JsonSchemaSerde", "dumps", "json_plain_schema"]
+__all__ = ["JsonSchemaSerde", "dumps"]
 
 
 def _dumps() -> Callable[[Any], bytes]:
@@ -218,56 +219,3 @@ def _first_error(validator: Any, value: Any) -> Any:
     from jsonschema.exceptions import best_match
 
     return best_match(validator.iter_errors(value))
-
-
-_JSON_TEXT = {"type": "map", "values": "string"}  # stored as JSON text
-_SCALARS = {"string": "string", "integer": "long", "number": "double", "boolean": "boolean"}
-
-
-def _follow(node: Any, root: Any) -> Any:
-    for _ in range(32):
-        if not isinstance(node, dict) or not str(node.get("$ref", "")).startswith("#"):
-            return node
-        target = root
-        for part in node["$ref"].lstrip("#").split("/"):
-            if part:
-                target = target.get(part, {}) if isinstance(target, dict) else {}
-        node = target
-    return node
-
-
-def _node_schema(node: Any, root: Any, depth: int, name: str) -> Any:
-    node = _follow(node, root)
-    if not isinstance(node, dict):
-        return _JSON_TEXT
-    kinds = node.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
-    nullable = "null" in kinds
-    kinds = [k for k in kinds if k != "null"]
-    if len(kinds) != 1 or any(word in node for word in ("anyOf", "oneOf", "allOf")):
-        return _JSON_TEXT
-    kind = kinds[0]
-    if kind == "object" and "properties" in node and depth < 2:
-        fields = [
-            {"name": key, "type": _node_schema(value, root, depth + 1, f"{name}_{key}")}
-            for key, value in node["properties"].items()
-        ]
-        single: Any = {"type": "record", "name": name, "fields": fields}
-    elif kind == "array":
-        single = {"type": "array", "items": "string"}
-    else:
-        single = _SCALARS.get(kind, _JSON_TEXT)
-    return ["null", single] if nullable else single
-
-
-def json_plain_schema(document: Any) -> Any:
-    """The Avro-shaped schema of the values ``document`` describes (an object's properties as
-    fields, one nested object level, the rest JSON text), for the typed archive's columns.
-    Properties are nullable: JSON Schema makes them optional unless ``required``."""
-    found = _node_schema(document, document, 0, "json_value")
-    if isinstance(found, dict) and found.get("type") == "record":
-        required = set(document.get("required", ())) if isinstance(document, dict) else set()
-        for field in found["fields"]:
-            if field["name"] not in required and not isinstance(field["type"], list):
-                field["type"] = ["null", field["type"]]
-    return found

@@ -15,7 +15,6 @@ Without a message class the serde decodes only, with classes built from the regi
 from __future__ import annotations
 
 import base64
-import datetime
 import importlib
 import threading
 from collections.abc import Sequence
@@ -24,9 +23,10 @@ from typing import Any
 from bolide.facade.errors import SerializationError
 from bolide.facade.schemas.base import SchemaSerde
 from bolide.facade.schemas.framing import decode_failure
+from bolide.facade.schemas.plain import message_to_plain, plain_schema
 from bolide.facade.schemas.registry import RegisteredSchema, Schema, SchemaReference
 
-__all__ = ["ProtobufSerde", "index_path", "message_to_plain", "plain_schema"]
+__all__ = ["ProtobufSerde", "index_path"]
 
 _VALUE_AS = ("message", "dict")
 _BUILTIN = ("google/protobuf/", "google/type/", "confluent/")
@@ -363,101 +363,3 @@ def _writer_descriptor(registry: Any, schema: Schema, indexes: tuple[int, ...]) 
     for index in indexes[1:]:
         descriptor = descriptor.nested_types[index]
     return descriptor
-
-
-# -- plain values and their schema (the typed archive) ------------------------------------------
-
-_TIMESTAMP = "google.protobuf.Timestamp"
-
-
-def _is_map(field: Any) -> bool:
-    return bool(field.message_type is not None and field.message_type.GetOptions().map_entry)
-
-
-def _repeated(field: Any) -> bool:
-    return bool(
-        getattr(field, "is_repeated", None) if hasattr(field, "is_repeated") else field.label == 3
-    )
-
-
-def _scalar(field: Any, value: Any) -> Any:
-    if field.enum_type is not None:
-        found = field.enum_type.values_by_number.get(value)
-        return found.name if found is not None else value
-    if field.message_type is not None:
-        return message_to_plain(value)
-    return value
-
-
-def message_to_plain(message: Any) -> Any:
-    """A message as dicts, lists and scalars: integers stay integers, enums become their names,
-    ``google.protobuf.Timestamp`` a UTC ``datetime``, unset message fields ``None``."""
-    descriptor = message.DESCRIPTOR
-    if descriptor.full_name == _TIMESTAMP:
-        return message.ToDatetime(tzinfo=datetime.UTC)
-    out: dict[str, Any] = {}
-    for field in descriptor.fields:
-        value = getattr(message, field.name)
-        if _is_map(field):
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {k: _scalar(value_field, v) for k, v in value.items()}
-        elif _repeated(field):
-            out[field.name] = [_scalar(field, v) for v in value]
-        elif field.has_presence and not message.HasField(field.name):
-            out[field.name] = None
-        else:
-            out[field.name] = _scalar(field, value)
-    return out
-
-
-_AVRO_SCALARS = {
-    1: "double",  # TYPE_DOUBLE
-    2: "double",  # TYPE_FLOAT
-    3: "long",  # TYPE_INT64
-    4: "long",  # TYPE_UINT64 (values past 2**63 do not fit a column: the row is refused)
-    5: "int",  # TYPE_INT32
-    6: "long",  # TYPE_FIXED64
-    7: "long",  # TYPE_FIXED32
-    8: "boolean",  # TYPE_BOOL
-    9: "string",  # TYPE_STRING
-    12: "bytes",  # TYPE_BYTES
-    13: "long",  # TYPE_UINT32
-    15: "int",  # TYPE_SFIXED32
-    16: "long",  # TYPE_SFIXED64
-    17: "int",  # TYPE_SINT32
-    18: "long",  # TYPE_SINT64
-}
-
-
-def _field_schema(field: Any, depth: int) -> Any:
-    if _is_map(field):
-        return {"type": "map", "values": "string"}  # JSON text in the typed archive
-    if field.enum_type is not None:
-        single: Any = {
-            "type": "enum",
-            "name": field.enum_type.name,
-            "symbols": list(field.enum_type.values_by_name),
-        }
-    elif field.message_type is not None:
-        single = plain_schema(field.message_type, depth + 1)
-    else:
-        single = _AVRO_SCALARS.get(field.type, "string")
-    if _repeated(field):
-        return {"type": "array", "items": single}
-    if field.has_presence:
-        return ["null", single]
-    return single
-
-
-def plain_schema(descriptor: Any, depth: int = 0) -> Any:
-    """The Avro-shaped schema of ``message_to_plain``'s values (two levels of records, then
-    JSON), which the typed archive turns into columns."""
-    if descriptor.full_name == _TIMESTAMP:
-        return {"type": "long", "logicalType": "timestamp-micros"}
-    if depth > 1:
-        return {"type": "map", "values": "string"}
-    return {
-        "type": "record",
-        "name": descriptor.full_name.replace(".", "_"),
-        "fields": [{"name": f.name, "type": _field_schema(f, depth)} for f in descriptor.fields],
-    }
