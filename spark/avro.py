@@ -1,4 +1,4 @@
-"""Decode Confluent-framed Avro in Spark with a pandas UDF on fastavro.
+"""Decode Confluent-framed Avro, Protobuf and JSON Schema in Spark with pandas UDFs.
 
 Spark's own ``from_avro`` lives in the spark-avro package, another jar that cannot always be
 installed, and it does not understand Confluent's 5-byte framing anyway. ``from_avro_udf``
@@ -12,6 +12,9 @@ schema), by Avro resolution, whatever compatible schema it was written with; the
 struct column whose Spark type follows that schema. The registry travels to the workers as a
 description (a database URL, a Confluent URL and settings, or the schemas an in-process
 registry holds) and is rebuilt there once per worker process.
+
+``from_schema_udf`` does the same for a ``ProtobufSerde`` (its message class shapes the struct)
+or a ``JsonSchemaSerde`` (its schema's properties do), on the serde's plain values.
 """
 
 from __future__ import annotations
@@ -25,15 +28,21 @@ import pandas as pd
 from bolide.facade.errors import SerializationError
 from bolide.facade.schemas.avro import AvroSerde
 from bolide.facade.schemas.avro_compat import parse_with_names
+from bolide.facade.schemas.base import SchemaSerde
+from bolide.facade.schemas.json_schema import JsonSchemaSerde
+from bolide.facade.schemas.plain import json_plain_schema, plain_schema
+from bolide.facade.schemas.protobuf import ProtobufSerde
 from bolide.facade.schemas.registry import (
     ConfluentSchemaRegistry,
     MemorySchemaRegistry,
+    Schema,
+    SchemaReference,
     SchemaRegistry,
 )
 
-__all__ = ["avro_spark_type", "from_avro_udf"]
+__all__ = ["avro_spark_type", "from_avro_udf", "from_schema_udf"]
 
-_WORKER_SERDES: dict[str, AvroSerde] = {}
+_WORKER_SERDES: dict[str, SchemaSerde] = {}
 _WORKER_LOCK = threading.Lock()
 
 
@@ -98,7 +107,11 @@ def _spark_type(schema: Any, named: dict[str, Any]) -> Any:
 def _registry_spec(registry: SchemaRegistry) -> dict[str, Any]:
     """A picklable description of ``registry`` that workers rebuild it from."""
     if isinstance(registry, MemorySchemaRegistry):
-        return {"kind": "memory", "schemas": registry.schemas()}
+        schemas = {
+            i: [s.text, s.schema_type, [[r.name, r.subject, r.version] for r in s.references]]
+            for i, s in registry.typed_schemas().items()
+        }
+        return {"kind": "memory", "schemas": schemas, "subjects": registry.subjects()}
     if isinstance(registry, ConfluentSchemaRegistry):
         if registry.url.startswith("mock://"):
             raise ValueError("a mock:// registry lives in one process: Spark workers cannot see it")
@@ -111,23 +124,73 @@ def _registry_spec(registry: SchemaRegistry) -> dict[str, Any]:
     raise TypeError(f"cannot ship a {type(registry).__name__} to Spark workers")
 
 
-def serde_spec(serde: AvroSerde, *, reader_schema: Any = None) -> dict[str, Any]:
+def serde_spec(serde: SchemaSerde, *, reader_schema: Any = None) -> dict[str, Any]:
     """A picklable description of ``serde`` that Spark's Python workers rebuild it from
-    (``worker_serde``); ``reader_schema`` replaces the serde's own when given.
+    (``worker_serde``); ``reader_schema`` replaces an ``AvroSerde``'s own when given. A
+    ``ProtobufSerde`` is rebuilt decode-only (classes from the registry), which is all a
+    worker does.
 
     Raises:
         ValueError: The registry is confluent-kafka's in-process mock.
-        TypeError: A registry that cannot be described.
+        TypeError: A registry that cannot be described, or a serde of another kind.
     """
-    return {
-        "schema": serde.schema,
-        "reader_schema": reader_schema if reader_schema is not None else serde.reader_schema,
-        "subject": serde.subject,
-        "registry": _registry_spec(serde.registry),
-    }
+    common = {"subject": serde.subject, "registry": _registry_spec(serde.registry)}
+    if isinstance(serde, AvroSerde):
+        return {
+            "format": "AVRO",
+            "schema": serde.schema,
+            "reader_schema": reader_schema if reader_schema is not None else serde.reader_schema,
+            **common,
+        }
+    if isinstance(serde, ProtobufSerde):
+        return {"format": "PROTOBUF", "value_as": serde.value_as, **common}
+    if isinstance(serde, JsonSchemaSerde):
+        return {
+            "format": "JSON",
+            "schema": serde.schema.text,
+            "references": [[r.name, r.subject, r.version] for r in serde.schema.references],
+            "validate_decoded": serde.validate_decoded,
+            **common,
+        }
+    raise TypeError(f"cannot ship a {type(serde).__name__} to Spark workers")
 
 
-def worker_serde(spec: dict[str, Any]) -> AvroSerde:
+def _worker_registry(spec: dict[str, Any]) -> Any:
+    kind = spec["kind"]
+    if kind == "memory":
+        schemas = {
+            int(i): Schema(text, kind, tuple(SchemaReference(*r) for r in refs))
+            for i, (text, kind, refs) in spec["schemas"].items()
+        }
+        return MemorySchemaRegistry(schemas, subjects=spec["subjects"])
+    if kind == "confluent":
+        return ConfluentSchemaRegistry(spec["url"], **spec["conf"])
+    return spec["url"]
+
+
+def _build(spec: dict[str, Any]) -> SchemaSerde:
+    registry = _worker_registry(spec["registry"])
+    kind = spec.get("format", "AVRO")
+    if kind == "PROTOBUF":
+        return ProtobufSerde(registry=registry, subject=spec["subject"], value_as=spec["value_as"])
+    if kind == "JSON":
+        references = [SchemaReference(n, s, v) for n, s, v in spec["references"]]
+        return JsonSchemaSerde(
+            spec["schema"],
+            registry=registry,
+            subject=spec["subject"],
+            references=references,
+            validate_decoded=spec["validate_decoded"],
+        )
+    return AvroSerde(
+        spec["schema"],
+        registry=registry,
+        subject=spec["subject"],
+        reader_schema=spec["reader_schema"],
+    )
+
+
+def worker_serde(spec: dict[str, Any]) -> Any:
     """This worker process's serde for ``spec`` (``serde_spec``), built on first use."""
     key = json.dumps(spec, sort_keys=True)
     serde = _WORKER_SERDES.get(key)
@@ -135,23 +198,7 @@ def worker_serde(spec: dict[str, Any]) -> AvroSerde:
         with _WORKER_LOCK:
             serde = _WORKER_SERDES.get(key)
             if serde is None:
-                registry: Any
-                kind = spec["registry"]["kind"]
-                if kind == "memory":
-                    registry = MemorySchemaRegistry(spec["registry"]["schemas"])
-                elif kind == "confluent":
-                    registry = ConfluentSchemaRegistry(
-                        spec["registry"]["url"], **spec["registry"]["conf"]
-                    )
-                else:
-                    registry = spec["registry"]["url"]
-                serde = AvroSerde(
-                    spec["schema"],
-                    registry=registry,
-                    subject=spec["subject"],
-                    reader_schema=spec["reader_schema"],
-                )
-                _WORKER_SERDES[key] = serde
+                serde = _WORKER_SERDES[key] = _build(spec)
     return serde
 
 
@@ -203,6 +250,79 @@ def from_avro_udf(schema_or_serde: Any, *, stream: str = "spark", on_error: str 
 
         udf = decode_values
     return pandas_udf(udf, returnType=spark_type)  # Spark infers the kind from the hints
+
+
+def from_schema_udf(serde: SchemaSerde, *, stream: str = "spark", on_error: str = "raise") -> Any:
+    """A pandas UDF decoding a binary column of any Confluent-framed format into a struct.
+
+    Args:
+        serde: An ``AvroSerde`` (as ``from_avro_udf``), a ``ProtobufSerde`` with its message
+            class (the struct follows the message: ``bolide.facade.schemas.plain``), or a
+            ``JsonSchemaSerde`` (the struct follows its schema's properties; what a column
+            cannot type is a JSON string).
+        stream: The stream named in decoding errors.
+        on_error: ``"raise"`` or ``"null"``, as for ``from_avro_udf``.
+
+    Raises:
+        ValueError: ``on_error`` is unknown, the registry is confluent-kafka's mock, or a
+            ``ProtobufSerde`` has no message class (nothing to shape the struct).
+    """
+    if isinstance(serde, AvroSerde):
+        return from_avro_udf(serde, stream=stream, on_error=on_error)
+    if on_error not in ("raise", "null"):
+        raise ValueError(f"on_error must be 'raise' or 'null', got {on_error!r}")
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.functions import pandas_udf
+
+    if isinstance(serde, ProtobufSerde):
+        if serde.message_class is None:
+            raise ValueError("from_schema_udf needs the ProtobufSerde's message class")
+        shape = plain_schema(serde.message_class.DESCRIPTOR)
+    elif isinstance(serde, JsonSchemaSerde):
+        shape = json_plain_schema(json.loads(serde.schema.text))
+    else:
+        raise TypeError(f"serde must be a schema serde, not {type(serde).__name__}")
+    spark_type: Any = _spark_type(shape, {})
+    if not isinstance(spark_type, T.StructType):
+        spark_type = T.StructType([T.StructField("value", spark_type, True)])
+        shape = {"type": "record", "name": "value", "fields": [{"name": "value", "type": shape}]}
+        wrap = True
+    else:
+        wrap = False
+    spec = serde_spec(serde)
+    names = [f.name for f in spark_type.fields]
+    raise_errors = on_error == "raise"
+
+    def decode_records(payloads: pd.Series) -> pd.DataFrame:
+        worker = worker_serde(spec)
+        rows = []
+        for value in _decode_all(payloads, spec, stream, raise_errors):
+            plain = None if value is None else worker.plain(value)
+            plain = {"value": plain} if wrap and value is not None else plain
+            rows.append(dict.fromkeys(names) if plain is None else _fit(plain, spark_type))
+        return pd.DataFrame.from_records(rows, columns=names)
+
+    udf: Any = decode_records
+    return pandas_udf(udf, returnType=spark_type)  # Spark infers the kind from the hints
+
+
+def _fit(value: Any, spark_type: Any) -> Any:
+    """``value`` as ``spark_type`` holds it: structs by field, JSON text where a string is
+    expected and something else came."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(spark_type, T.StructType):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: _fit(value.get(f.name), f.dataType) for f in spark_type.fields}
+    if isinstance(spark_type, T.ArrayType):
+        items = value if isinstance(value, list) else [value]
+        return [_fit(v, spark_type.elementType) for v in items]
+    if isinstance(spark_type, T.StringType) and not isinstance(value, str):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return value
 
 
 def _decode_all(

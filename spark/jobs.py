@@ -156,10 +156,10 @@ def _check_store(store: str | SqlStore) -> None:
 
 
 def _shipped_serde(serde: Any | None) -> Any | None:
-    """What executors rebuild ``serde`` from: an ``AvroSerde``'s description, else itself."""
-    from bolide.facade.schemas.avro import AvroSerde
+    """What executors rebuild ``serde`` from: a schema serde's description, else itself."""
+    from bolide.facade.schemas.base import SchemaSerde
 
-    if isinstance(serde, AvroSerde):
+    if isinstance(serde, SchemaSerde):
         from bolide.spark.avro import serde_spec
 
         return serde_spec(serde)
@@ -209,9 +209,10 @@ def archive(
     inserts nothing twice, and the checkpoint ensures nothing is skipped. The rows never pass
     through the driver, which gets each task's counts for the ``BatchReport`` and, each batch,
     records which topic incarnation the stream is (docs/history.md). The store's schema must
-    be current (``bolide db upgrade``). With ``serde`` (the stream's ``AvroSerde``), each
-    micro-batch also fills the stream's typed table in the same transactions, from the same
-    executors, as the ``Archiver`` does (docs/avro.md): what does not decode stays raw only.
+    be current (``bolide db upgrade``). With ``serde`` (the stream's ``AvroSerde``,
+    ``ProtobufSerde`` or ``JsonSchemaSerde``), each micro-batch also fills the stream's typed
+    table in the same transactions, from the same executors, as the ``Archiver`` does
+    (docs/schemas.md): what does not decode stays raw only.
 
     Args (and those every job takes, in the module's docstring):
         stream: The stream to archive.
@@ -221,13 +222,13 @@ def archive(
         max_offsets_per_trigger: Most records per micro-batch.
         until_caught_up: Archive what the stream holds now, then stop (``availableNow``);
             false runs until ``query.stop()``.
-        serde: The stream's serde (``AvroSerde``): also write its typed table.
+        serde: The stream's schema serde: also write its typed table.
 
     Returns:
         The streaming query (already finished when ``until_caught_up``).
 
     Raises:
-        TypeError: ``serde`` cannot decode typed rows (it is not an ``AvroSerde``).
+        TypeError: ``serde`` cannot decode typed rows (it is not a schema serde).
         StoreNotSharedError: A SQLite store with a master other than ``local[...]``.
     """
     url = executor_store_url(spark, store)
@@ -378,13 +379,15 @@ def _release_batches(
 
 
 def _check_typed_serde(serde: object) -> None:
-    """A typed table needs a serde that names each payload's writer schema (``AvroSerde``)."""
+    """A typed table needs a serde that names each payload's writer schema (``AvroSerde``,
+    ``ProtobufSerde``, ``JsonSchemaSerde``)."""
     if serde is not None and not (
         callable(getattr(serde, "payload_schema_id", None))
         and callable(getattr(serde, "value_schema", None))
     ):
         raise TypeError(
-            f"serde must be an AvroSerde (a typed table needs the writer schema), "
+            "serde must be an AvroSerde, a ProtobufSerde or a JsonSchemaSerde (a typed table "
+            "needs the writer schema), "
             f"not {type(serde).__name__}"
         )
 

@@ -217,11 +217,19 @@ class MemorySchemaRegistry:
     ``ConfluentSchemaRegistry`` when other processes decode the records.
 
     Args:
-        schemas: Schemas to know by id from the start (``schemas()`` of another registry), so
-            a copy in another process decodes what this one encoded. Text is Avro.
+        schemas: Schemas to know by id from the start (``schemas()`` or ``typed_schemas()``
+            of another registry), so a copy in another process decodes what this one
+            encoded. Text is Avro.
+        subjects: The subjects' versions to know from the start (``subjects()`` of another
+            registry): what references resolve through.
     """
 
-    def __init__(self, schemas: Mapping[int, str | Schema] | None = None) -> None:
+    def __init__(
+        self,
+        schemas: Mapping[int, str | Schema] | None = None,
+        *,
+        subjects: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}  # fingerprint -> id
         self._schemas: dict[int, Schema] = {}
@@ -230,6 +238,8 @@ class MemorySchemaRegistry:
         self._levels: dict[str, Compatibility] = {}
         for schema_id, given in (schemas or {}).items():
             self._keep(int(schema_id), given if isinstance(given, Schema) else Schema(given))
+        for subject, ids in (subjects or {}).items():
+            self._subjects[subject] = [int(i) for i in ids]
 
     def _keep(self, schema_id: int, schema: Schema) -> None:
         fingerprint = fingerprint_of(schema)
@@ -241,6 +251,16 @@ class MemorySchemaRegistry:
         """Every schema's text registered so far, by id (a copy)."""
         with self._lock:
             return {i: s.text for i, s in self._schemas.items()}
+
+    def typed_schemas(self) -> dict[int, Schema]:
+        """Every schema registered so far, with its format and references, by id (a copy)."""
+        with self._lock:
+            return dict(self._schemas)
+
+    def subjects(self) -> dict[str, list[int]]:
+        """Each subject's schema ids, oldest version first (a copy)."""
+        with self._lock:
+            return {subject: list(ids) for subject, ids in self._subjects.items()}
 
     def register(self, subject: str, schema: Any) -> int:
         """See ``SchemaRegistry.register``; ``schema`` may be a ``Schema`` of any format."""

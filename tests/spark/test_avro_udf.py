@@ -91,3 +91,28 @@ def test_bad_payloads_raise_or_give_nulls(spark: Any) -> None:
         from_avro_udf(serde, on_error="ignore")
     with pytest.raises(ValueError, match="mock://"):
         from_avro_udf(AvroSerde(ORDER_V1, registry="mock://one-process"))
+
+
+def test_protobuf_and_json_schema_columns_decode_into_structs(spark: Any) -> None:
+    from bolide.facade import JsonSchemaSerde, ProtobufSerde
+    from bolide.spark.avro import from_schema_udf
+    from tests.schemas.conftest import ORDER_JSON, Order, json_order, make_order
+
+    registry = MemorySchemaRegistry()
+    proto = ProtobufSerde(Order, registry=registry)
+    as_json = JsonSchemaSerde(ORDER_JSON, registry=registry)
+    rows = [
+        (proto.encode(make_order(n), stream="p"), as_json.encode(json_order(n), stream="j"))
+        for n in range(3)
+    ]
+    df = spark.createDataFrame(rows, "p binary, j binary")
+    decoded = df.select(
+        from_schema_udf(proto)("p").alias("p"), from_schema_udf(as_json)("j").alias("j")
+    ).collect()
+    assert [(r.p.id, r.p.price.cents, r.p.status, list(r.p.tags)) for r in decoded] == [
+        (f"o{n}", 100 * n, ["NEW", "PAID", "SHIPPED"][n], ["gift"] * (n % 2)) for n in range(3)
+    ]
+    assert all(r.p.at.year == 2023 for r in decoded)  # a Timestamp message is a timestamp
+    assert [(r.j.id, r.j.qty, r.j.address.city, r.j.paid) for r in decoded] == [
+        (f"o{n}", n, "Lyon" if n % 2 else "Paris", n % 2 == 0) for n in range(3)
+    ]

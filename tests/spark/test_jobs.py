@@ -382,6 +382,43 @@ def test_archive_with_a_serde_fills_the_typed_table(
     ]
 
 
+def test_archive_fills_the_typed_table_of_a_protobuf_stream(
+    spark: Any, cluster: Cluster, stream_factory, store_url: str, tmp_path: Path
+) -> None:
+    import sqlalchemy as sa
+
+    from bolide.facade import ProtobufSerde, Publisher, PublisherConfig
+    from bolide.stores import SqlSchemaRegistry
+    from bolide.stores.typed_archive import typed_table_name
+    from tests.schemas.conftest import Order, make_order
+
+    stream = stream_factory(name_prefix="typedproto")
+    with SqlStore(store_url) as store:
+        registry = SqlSchemaRegistry(store)
+        serde = ProtobufSerde(Order, registry=registry, framing="header")
+        with Publisher(cluster, PublisherConfig(stream=stream, serde=serde)) as pub:
+            for n in range(3):
+                pub.publish(make_order(n))
+        archive(
+            spark,
+            stream,
+            store,
+            str(tmp_path / "ckpt"),
+            bootstrap=cluster,
+            serde=ProtobufSerde(registry=registry),  # decode-only: the executors need no class
+        )
+        with store.engine.connect() as conn:
+            got = conn.execute(
+                sa.text(
+                    f"SELECT kafka_offset, id, price__cents, status "
+                    f"FROM {typed_table_name(stream.name)} ORDER BY 1"
+                )
+            ).all()
+    assert [tuple(r) for r in got] == [
+        (n, f"o{n}", 100 * n, ["NEW", "PAID", "SHIPPED"][n]) for n in range(3)
+    ]
+
+
 def test_archive_refuses_a_serde_that_cannot_type_rows(spark: Any, sqlite_url: str) -> None:
-    with pytest.raises(TypeError, match="AvroSerde"):
+    with pytest.raises(TypeError, match="AvroSerde, a ProtobufSerde or a JsonSchemaSerde"):
         archive(spark, "s", sqlite_url, "ckpt", bootstrap="127.0.0.1:1", serde=object())
