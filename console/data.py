@@ -21,7 +21,7 @@ from bolide.facade.ops.inventory import TopicInfo, describe_groups, list_groups,
 from bolide.facade.ops.lag import DurableBacklog, LagReport, durable_backlogs, lag_report
 from bolide.facade.ops.text import render_bytes
 from bolide.facade.record import Record
-from bolide.facade.schemas.avro import MAGIC_BYTE, AvroSerde
+from bolide.facade.schemas.reader import SchemaReader
 from bolide.stores import DeadLetter, DeadLetters, QueryResult, Search, SqlStore, run_query
 from bolide.stores.durable_registry import SqlDurableRegistry
 
@@ -105,9 +105,8 @@ class Console:
         self.settings = settings
         self.store = SqlStore(settings.db) if settings.db else None
         self.lags = LagSampler(settings)
-        # Decodes Confluent-framed Avro through the store's schema registry (the writer
-        # schema comes from the id in each value; the serde's own schema is never used).
-        self._avro = AvroSerde('"null"', registry=self.store) if self.store else None
+        # Decodes Confluent-framed values of any format through the store's schema registry.
+        self._reader = SchemaReader(self.store) if self.store else None
 
     def close(self) -> None:
         self.lags.stop()
@@ -224,14 +223,19 @@ class Console:
         return dataclasses.replace(found, decoded=[self.decode(r) for r in found.records])
 
     def decode(self, record: Record) -> Any:
-        """``record``'s value decoded when it is Avro framed the Confluent way and its schema
-        is in the store's registry; else ``None`` (shown as bytes)."""
-        data, serde = record.data, self._avro
-        if serde is None or data is None or len(data) < 5 or data[0] != MAGIC_BYTE:
+        """``record``'s value decoded when it is framed the Confluent way (Avro, Protobuf or
+        JSON Schema) and its schema is in the store's registry; else ``None`` (shown as
+        bytes)."""
+        data, reader = record.data, self._reader
+        if reader is None or data is None:
             return None
         try:
-            return serde.decode(
-                data, stream=record.stream or "", partition=record.partition, offset=record.offset
+            return reader.decode(
+                data,
+                stream=record.stream or "",
+                partition=record.partition,
+                offset=record.offset,
+                headers=record.headers,
             )
         except SerializationError:
             return None

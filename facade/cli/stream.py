@@ -3,7 +3,8 @@
 ``publish`` sends one value, or one record per line of standard input, with an optional key
 or message group, headers, and Avro encoding through the SQL schema registry. ``tail`` prints
 records (partition, offset, key, headers, value) from the end, the beginning, an offset or a
-point in time, ungrouped by default or in a subscriber group, and decodes Avro.
+point in time, ungrouped by default or in a subscriber group, and decodes Avro (or, with a
+schema registry, any of Avro, Protobuf and JSON Schema).
 
 Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 """
@@ -124,6 +125,19 @@ def _register_tail(subparsers: Any) -> None:
         help="with --group: the member's lease (session timeout), default 10000",
     )
     tail.add_argument("--json", action="store_true", help="print one JSON object per record")
+    tail.add_argument(
+        "-r",
+        "--schema-registry",
+        default=None,
+        metavar="URL",
+        help="decode Confluent-framed values (Avro, Protobuf, JSON Schema) with this schema "
+        "registry (kcat -r); a database URL names the SQL registry",
+    )
+    tail.add_argument(
+        "--decode",
+        action="store_true",
+        help="decode Confluent-framed values with the SQL schema registry of --db",
+    )
     _kcat_mode_flag(tail, "-C", "consumer")
     tail.set_defaults(func=_tail, parser=tail)
 
@@ -189,6 +203,19 @@ def _serde(args: argparse.Namespace) -> Any:
     except OSError as exc:
         args.parser.error(f"cannot read --avro-schema: {exc}")
     return AvroSerde(schema, registry=args.db)
+
+
+def _reader(args: argparse.Namespace) -> Any:
+    """``tail``'s decoder of any schema format: ``--schema-registry``, or ``--decode`` with
+    the SQL registry of ``--db``; ``None`` for neither."""
+    url = args.schema_registry or (args.db if args.decode else None)
+    if args.decode and not url:
+        args.parser.error("--decode needs --db (the SQL schema registry) or --schema-registry")
+    if url is None:
+        return None
+    from bolide.facade.schemas.reader import SchemaReader
+
+    return SchemaReader(url)
 
 
 def _stream(args: argparse.Namespace, cluster: Any, partitions: int | None, *, create: bool) -> Any:
@@ -310,7 +337,7 @@ def _tail(args: argparse.Namespace) -> int:
 
     when = _check_tail_args(args)
     cluster = cluster_from_args(args)
-    serde = _serde(args)
+    serde = _serde(args) or _reader(args)
     stream = _stream(args, cluster, None, create=False)
     count = stream.partitions or 1
     if args.partition is not None and args.partition >= count:
@@ -457,7 +484,11 @@ def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = N
     elif serde is not None:
         try:
             value = serde.decode(
-                record.data, stream=record.stream, partition=record.partition, offset=record.offset
+                record.data,
+                stream=record.stream,
+                partition=record.partition,
+                offset=record.offset,
+                headers=record.headers,
             )
         except SerializationError as exc:
             print(f"bolide tail: warning: {exc}", file=sys.stderr)

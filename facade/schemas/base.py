@@ -30,7 +30,14 @@ from bolide.facade.schemas.registry import (
     SchemaRegistry,
 )
 
-__all__ = ["FRAMINGS", "STRATEGIES", "SchemaSerde", "as_registry", "default_registry"]
+__all__ = [
+    "FRAMINGS",
+    "STRATEGIES",
+    "SchemaSerde",
+    "as_registry",
+    "default_registry",
+    "header_schema_id",
+]
 
 #: Confluent's subject name strategies, by the names its clients' settings use.
 STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
@@ -74,6 +81,27 @@ def _header(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes | None:
         if name == VALUE_SCHEMA_ID_HEADER and value is not None:
             found = value
     return found
+
+
+def header_schema_id(
+    registry: SchemaRegistry, headers: Sequence[tuple[str, bytes | None]] | None
+) -> int | None:
+    """The schema id a ``__value_schema_id`` header names, if the record has one.
+
+    Raises:
+        SerializationError: The header is malformed, or its GUID unknown (``SchemaNotFoundError``)
+            or not something ``registry`` can look up.
+    """
+    value = _header(headers)
+    if value is None:
+        return None
+    ref = read_header(value, indexes=False)
+    assert ref.guid is not None
+    if not isinstance(registry, TypedSchemaRegistry):
+        raise SerializationError(
+            f"{type(registry).__name__} cannot look schema GUIDs up (the header framing)"
+        )
+    return registry.id_of_guid(ref.guid)
 
 
 class SchemaSerde:

@@ -150,3 +150,39 @@ def test_the_archiver_fills_typed_tables_of_protobuf_and_json_streams(
     assert [tuple(r[:6]) for r in json_rows] == [
         (n, f"o{n}", n, 2.5 * n, "Lyon" if n % 2 else "Paris", n % 2 == 0) for n in range(3)
     ]
+
+
+def test_tail_decodes_every_format_with_the_registry(
+    cluster: Any, stream_factory: Any, tmp_path: Path
+) -> None:
+    from tests.ops.conftest import bolide
+
+    stream = stream_factory(name_prefix="tailproto")
+    db = f"sqlite:///{tmp_path / 'registry.db'}"
+    with SqlStore(db) as store:
+        store.upgrade()
+        registry = SqlSchemaRegistry(store)
+        with Publisher(
+            cluster,
+            PublisherConfig(
+                stream=stream, serde=ProtobufSerde(Order, registry=registry, framing="header")
+            ),
+        ) as pub:
+            pub.publish(make_order(1))
+        with Publisher(
+            cluster,
+            PublisherConfig(
+                stream=stream, serde=JsonSchemaSerde(ORDER_JSON, registry=registry, subject="json")
+            ),
+        ) as pub:
+            pub.publish(json_order(2))
+    args = ["tail", "--stream", stream.name, "--from-beginning", "-e", "--json"]
+    run = bolide(*args, "--decode", "--db", db, cluster=cluster)
+    assert run.returncode == 0, run.stderr
+    values = [json.loads(line)["value"] for line in run.stdout.splitlines()]
+    assert values[0]["price"] == {"cents": 100, "currency": "EUR"} and values[0]["status"] == "PAID"
+    assert values[1] == json_order(2)
+    undecoded = bolide(*args, cluster=cluster)
+    assert "price" not in undecoded.stdout
+    refused = bolide(*args, "--decode", cluster=cluster)
+    assert refused.returncode == 2 and "--decode needs --db" in refused.stderr
