@@ -14,16 +14,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The extras the floor run installs beside the core (their floors are checked too).
-FLOOR_EXTRAS = ("postgres", "testing")
+FLOOR_EXTRAS = ("postgres", "testing", "registry", "protobuf", "jsonschema")
 
 #: The subset the floor run covers: publish and read (grouped and not), the SQL store on both
-#: databases with its migrations, the Avro codec (it probes fastavro), the CLI, and this check.
+#: databases with its migrations, the Avro codec (it probes fastavro), Protobuf and JSON Schema
+#: compatibility in every registry, the CLI, and this check.
 FLOOR_TESTS = (
     "tests/test_floors.py",
     "tests/pubsub/test_ungrouped.py",
     "tests/pubsub/test_grouped.py",
     "tests/history/test_store.py",
     "tests/avro/test_serde.py",
+    "tests/schemas/test_compat.py",
     "tests/test_cli.py",
 )
 
@@ -55,5 +57,7 @@ def constraints(root: Path = ROOT) -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--tests"]:
         print(" ".join(FLOOR_TESTS))
+    elif sys.argv[1:] == ["--extras"]:
+        print(",".join(FLOOR_EXTRAS))
     else:
         sys.stdout.write(constraints())
