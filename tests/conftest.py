@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures.thread
+import contextlib
 import os
 import sys
 import threading
@@ -94,6 +95,50 @@ def pg_admin() -> Iterator[sa.Engine]:
     engine = sa.create_engine(PG_ADMIN_URL, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def apicurio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real schema registry (Apicurio's Confluent-compatible API), once per run."""
+    from tests.schemas.apicurio import Apicurio
+
+    server = Apicurio(tmp_path_factory.mktemp("apicurio") / "apicurio.log")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+#: The registries a Confluent client talks to in the interop tests: confluent-kafka's mock, and
+#: a real server.
+CONFLUENT_REGISTRIES = ["mock", pytest.param("apicurio", marks=pytest.mark.registry_server)]
+
+
+@pytest.fixture(params=CONFLUENT_REGISTRIES)
+def confluent_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh ``mock://`` registry, or the real server emptied after the test."""
+    if request.param == "mock":
+        yield f"mock://{uuid.uuid4().hex}"
+        return
+    url: str = request.getfixturevalue("apicurio")
+    yield url
+    _empty(url)
+
+
+def _empty(url: str) -> None:
+    """Delete every subject of a registry server (soft, then for good)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/subjects", timeout=10) as answer:
+        subjects = json.loads(answer.read())
+    for subject in subjects:
+        for query in ("", "?permanent=true"):
+            quoted = urllib.parse.quote(subject, safe="")
+            request = urllib.request.Request(f"{url}/subjects/{quoted}{query}", method="DELETE")
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(request, timeout=10).close()
 
 
 def make_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

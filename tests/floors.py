@@ -37,7 +37,7 @@ def floors(root: Path = ROOT) -> dict[str, str]:
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     requirements = list(project["dependencies"])
     for extra in FLOOR_EXTRAS:
-        requirements += project["optional-dependencies"][extra]
+        requirements += project["optional-dependencies"].get(extra, [])
     found: dict[str, str] = {}
     for requirement in requirements:
         match = _REQUIREMENT.match(requirement.split(";")[0].strip())

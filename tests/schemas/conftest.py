@@ -138,6 +138,7 @@ def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def confluent() -> ConfluentSchemaRegistry:
-    """A registry confluent-kafka's serializers share with bolide's (its ``mock://`` client)."""
-    return ConfluentSchemaRegistry(f"mock://{uuid.uuid4().hex}")
+def confluent(confluent_url: str) -> ConfluentSchemaRegistry:
+    """A registry confluent-kafka's serializers share with bolide's: its ``mock://`` client,
+    and a real server (``tests/schemas/apicurio.py``)."""
+    return ConfluentSchemaRegistry(confluent_url)
