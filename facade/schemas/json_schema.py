@@ -120,11 +120,11 @@ class JsonSchemaSerde(SchemaSerde):
             SerializationError: ``value`` breaks the schema (the error names the field) or
                 is not JSON, or the registry refused the schema (``SchemaIncompatibleError``).
         """
+        if self._validator is None:  # its references resolve before anything is registered
+            self._validator = self._validator_for(self._document, self.schema.references)
         prefix = self._prefixes.get(stream)
         if prefix is None:
             prefix = self.framed_prefix(stream)
-        if self._validator is None:
-            self._validator = self._validator_for(self._document, self.schema.references)
         error = _first_error(self._validator, value)
         if error is not None:
             raise SerializationError(

@@ -531,6 +531,12 @@ class ConfluentSchemaRegistry:
             return
         self.client.set_compatibility(subject_name=subject, level=checked.value)
 
+    def close(self) -> None:
+        """Close the client's HTTP connections (the registry is unusable afterwards)."""
+        close = getattr(self.client, "close", None)  # the mock has none: it holds no sockets
+        if close is not None:
+            close()
+
     def __repr__(self) -> str:
         conf = f", {redact(self.conf)!r}" if self.conf else ""
         return f"ConfluentSchemaRegistry({redact_url(self.url)!r}{conf})"

@@ -138,7 +138,16 @@ def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def confluent(confluent_url: str) -> ConfluentSchemaRegistry:
+def confluent(confluent_url: str) -> Iterator[ConfluentSchemaRegistry]:
     """A registry confluent-kafka's serializers share with bolide's: its ``mock://`` client,
     and a real server (``tests/schemas/apicurio.py``)."""
-    return ConfluentSchemaRegistry(confluent_url)
+    registry = ConfluentSchemaRegistry(confluent_url)
+    yield registry
+    registry.close()
+
+
+def needs_guids(registry: ConfluentSchemaRegistry) -> None:
+    """The header framing carries schema GUIDs, which Apicurio 3.0 does not hand out (so
+    confluent-kafka's own serializer cannot write it there either)."""
+    if registry.url.startswith("http"):
+        pytest.skip("Apicurio 3.0 answers no schema GUID (Confluent Schema Registry 8 does)")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bolide.facade import AvroSerde, JsonSchemaSerde, SchemaReference
 from bolide.facade.errors import SchemaNotFoundError, SerializationError
 from bolide.facade.schemas.registry import ConfluentSchemaRegistry, Schema
-from tests.schemas.conftest import ORDER_JSON, json_order
+from tests.schemas.conftest import ORDER_JSON, json_order, needs_guids
 
 TEXT = json.dumps(ORDER_JSON)
 ORDERS = st.fixed_dictionaries(
@@ -115,6 +115,7 @@ def test_validating_decoded_values(confluent: ConfluentSchemaRegistry) -> None:
 
 
 def test_the_header_framing_both_ways(confluent: ConfluentSchemaRegistry) -> None:
+    needs_guids(confluent)
     headers: list[tuple[str, bytes]] = []
     conf = {"schema.id.serializer": header_schema_id_serializer}
     theirs = JSONSerializer(TEXT, confluent.client, conf=conf)(json_order(2), ctx("t", headers))
