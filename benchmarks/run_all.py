@@ -47,7 +47,7 @@ KNOWN = (
     "resequencer",
     "parallel",
     "retries",
-    "avro",
+    "serdes",
     "eos",
     "outbox",
     "telemetry",

@@ -204,9 +204,9 @@ class TypedSerde(Serde, Protocol):
     (``AvroSerde``, ``ProtobufSerde`` and ``JsonSchemaSerde`` are: Confluent's framing carries
     the schema id)."""
 
-    def payload_schema_id(self, data: bytes, headers: Any = None) -> int:
-        """The schema id ``data`` (with its record's ``headers``) was written with;
-        ``SerializationError`` if it names none."""
+    def payload_schema_id(self, data: bytes, headers: Any = None, stream: str | None = None) -> int:
+        """The schema id ``data`` (with its record's ``headers``, of ``stream``) was written
+        with; ``SerializationError`` if it names none."""
         ...
 
     def value_schema(self, schema_id: int) -> Any:
@@ -374,8 +374,9 @@ class TypedSchemaRegistry(SchemaRegistry, Protocol):
         """The GUID of ``schema_id`` (what the header framing carries)."""
         ...
 
-    def id_of_guid(self, guid: str) -> int:
-        """The schema id of a GUID.
+    def id_of_guid(self, guid: str, subject: str | None = None) -> int:
+        """The schema id of a GUID (``subject``: where the payload's schema is registered, for
+        registries that look GUIDs up per subject, as Confluent's API does).
 
         Raises:
             SchemaNotFoundError: No schema has this GUID.

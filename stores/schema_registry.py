@@ -176,8 +176,8 @@ class SqlSchemaRegistry:
             self._guids_written.add(schema_id)
         return guid
 
-    def id_of_guid(self, guid: str) -> int:
-        """See ``TypedSchemaRegistry.id_of_guid``."""
+    def id_of_guid(self, guid: str, subject: str | None = None) -> int:
+        """See ``TypedSchemaRegistry.id_of_guid`` (GUIDs are global here: no subject needed)."""
         row = self._fetch_one("schema GUID lookup", SCHEMAS.c.guid == guid)
         if row is None:
             raise SchemaNotFoundError(f"schema GUID {guid} is not registered")

@@ -1,4 +1,4 @@
-"""The typed archive's public names, where docs/avro.md and earlier releases import them from.
+"""The typed archive's public names, where docs/schemas.md and earlier releases import them from.
 
 The code lives in ``bolide.stores.archive`` (writing) and ``bolide.stores.schema`` (naming).
 """

@@ -84,7 +84,9 @@ def _header(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes | None:
 
 
 def header_schema_id(
-    registry: SchemaRegistry, headers: Sequence[tuple[str, bytes | None]] | None
+    registry: SchemaRegistry,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    subject: str | None = None,
 ) -> int | None:
     """The schema id a ``__value_schema_id`` header names, if the record has one.
 
@@ -101,7 +103,7 @@ def header_schema_id(
         raise SerializationError(
             f"{type(registry).__name__} cannot look schema GUIDs up (the header framing)"
         )
-    return registry.id_of_guid(ref.guid)
+    return registry.id_of_guid(ref.guid, subject)
 
 
 class SchemaSerde:
@@ -265,7 +267,8 @@ class SchemaSerde:
             if value is not None:
                 ref = read_header(value, indexes=self._indexed)
                 assert ref.guid is not None
-                return self._typed_registry().id_of_guid(ref.guid), ref
+                subject = self._reading_subject(stream)
+                return self._typed_registry().id_of_guid(ref.guid, subject), ref
             ref = self._read_prefix(data)
         except SchemaNotFoundError as exc:
             raise SchemaNotFoundError(
@@ -280,6 +283,16 @@ class SchemaSerde:
             raise failure from exc
         assert ref.schema_id is not None
         return ref.schema_id, ref
+
+    def _reading_subject(self, stream: str | None) -> str | None:
+        """The subject a payload of ``stream`` is registered under, when this serde knows it
+        (what a registry that looks GUIDs up per subject needs)."""
+        if stream is None:
+            return self.subject
+        try:
+            return self.subject_for(stream)
+        except SerializationError:  # a record strategy without a record name
+            return None
 
     def _read_prefix(self, data: bytes) -> SchemaRef:
         """The prefix framing; for Protobuf, message indexes that do not read are explained by
@@ -299,14 +312,18 @@ class SchemaSerde:
             raise
 
     def payload_schema_id(
-        self, data: bytes, headers: Sequence[tuple[str, bytes | None]] | None = None
+        self,
+        data: bytes,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        stream: str | None = None,
     ) -> int:
-        """The schema id a payload was written with (its header, else its prefix).
+        """The schema id a payload of ``stream`` was written with (its header, else its
+        prefix).
 
         Raises:
             SerializationError: It names none.
         """
-        return self.locate(data, headers, None, None, None)[0]
+        return self.locate(data, headers, stream, None, None)[0]
 
     def fetch_schema(
         self, schema_id: int, stream: str | None, partition: int | None, offset: int | None

@@ -216,6 +216,10 @@ class JsonSchemaSerde(SchemaSerde):
 
 
 def _first_error(validator: Any, value: Any) -> Any:
+    """The most relevant error of an invalid ``value``, else ``None`` (valid values are
+    checked without collecting errors)."""
+    if validator.is_valid(value):
+        return None
     from jsonschema.exceptions import best_match
 
     return best_match(validator.iter_errors(value))

@@ -48,7 +48,7 @@ class SchemaReader:
                 decode; naming the record's place.
         """
         try:
-            schema_id = header_schema_id(self.registry, headers)
+            schema_id = header_schema_id(self.registry, headers, f"{stream}-value")
             if schema_id is None:
                 schema_id = split_header(data)
         except SerializationError as exc:

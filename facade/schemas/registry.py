@@ -314,8 +314,8 @@ class MemorySchemaRegistry:
         """See ``TypedSchemaRegistry.guid``."""
         return guid_of(fingerprint_of(self.schema(schema_id)))
 
-    def id_of_guid(self, guid: str) -> int:
-        """See ``TypedSchemaRegistry.id_of_guid``."""
+    def id_of_guid(self, guid: str, subject: str | None = None) -> int:
+        """See ``TypedSchemaRegistry.id_of_guid`` (GUIDs are global here: no subject needed)."""
         try:
             return self._guids[guid]
         except KeyError:
@@ -475,24 +475,26 @@ class ConfluentSchemaRegistry:
                 "object (the registry answered none)"
             ) from None
 
-    def id_of_guid(self, guid: str) -> int:
-        """See ``TypedSchemaRegistry.id_of_guid`` (``GET /schemas/guids/{guid}``)."""
+    def id_of_guid(self, guid: str, subject: str | None = None) -> int:
+        """See ``TypedSchemaRegistry.id_of_guid``: the server answers a GUID with its schema,
+        whose id under ``subject`` a lookup gives (GUIDs this object registered are known)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         known = self._ids.get(guid)
         if known is not None:
             return known
+        if subject is None:
+            raise SchemaNotFoundError(
+                f"schema GUID {guid}: Confluent's API answers its id for a subject only"
+            )
         try:
-            if self._emulated:  # the mock keeps its schemas in a store of its own
-                found = self.client._store.schema_guid_index.get(guid)
-                if found is None:
-                    raise SchemaNotFoundError(f"schema GUID {guid} is not registered")
-                schema_id = int(found.schema_id)
-            else:
-                schema_id = int(self.client._rest_client.get(f"schemas/guids/{guid}")["id"])
+            found = self.client.get_schema_by_guid(guid, fmt="serialized")
+            schema_id = int(self.client.lookup_schema(subject, found).schema_id)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
-                raise SchemaNotFoundError(f"schema GUID {guid} is not registered") from exc
+                raise SchemaNotFoundError(
+                    f"schema GUID {guid} is not registered under {subject!r}"
+                ) from exc
             raise self._error(exc, f"fetching schema GUID {guid}") from exc
         self._ids[guid] = schema_id
         self._guids[schema_id] = guid

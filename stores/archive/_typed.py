@@ -279,7 +279,7 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
             continue  # a tombstone has no typed row: the raw archive keeps it
         try:
             if framed is not None:  # the schema id may be in a header
-                schema_id = framed.payload_schema_id(rec.data, rec.headers)
+                schema_id = framed.payload_schema_id(rec.data, rec.headers, stream)
                 decoded = framed.decode(
                     rec.data,
                     stream=stream,

@@ -179,13 +179,13 @@ def test_logical_and_union_types(sql_store: SqlStore) -> None:
 
 
 def documented_query() -> str:
-    """The first SQL block of docs/avro.md."""
-    text = (Path(__file__).parents[2] / "docs" / "avro.md").read_text()
+    """The first SQL block of docs/schemas.md."""
+    text = (Path(__file__).parents[2] / "docs" / "schemas.md").read_text()
     return text.split("```sql\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_documented_query(sql_store: SqlStore) -> None:
-    """The query shown in docs/avro.md, on the table it describes."""
+    """The query shown in docs/schemas.md, on the table it describes."""
     serde = AvroSerde(ORDER_V2, registry=MemorySchemaRegistry())
     values = [order(n, country="FR" if n % 3 else "DE") for n in range(12)]
     recs = [published(serde, "orders", n, v) for n, v in enumerate(values)]

@@ -123,6 +123,10 @@ def test_the_header_framing_both_ways(confluent: ConfluentSchemaRegistry) -> Non
     assert record.data == theirs and record.headers == headers
     deserializer = ProtobufDeserializer(Order, None, confluent.client)
     assert deserializer(record.data, ctx("t", record.headers)) == make_order(5)
+    # confluent-kafka registered it: its GUID is looked up under the stream's subject.
+    assert serde.payload_schema_id(theirs, headers, "t") == (
+        confluent.latest("t-value").schema_id  # type: ignore[union-attr]
+    )
     # The classic framing still decodes with the same serde; the header wins when both exist.
     assert serde.decode(serde.encode(make_order(6), stream="t"), stream="t") == make_order(6)
 
