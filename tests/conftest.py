@@ -159,6 +159,16 @@ def make_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> st
     return f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}"
 
 
+@pytest.fixture(params=DATABASES)
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A ``SqlStore`` at the newest schema: a SQLite file, or a fresh PostgreSQL schema."""
+    from bolide.stores import SqlStore
+
+    with SqlStore(make_db_url(request.param, tmp_path, request)) as store:
+        store.upgrade()
+        yield store
+
+
 def upgraded_db_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """``make_db_url``, with the schema upgraded to the newest revision."""
     from bolide.stores import SqlStore

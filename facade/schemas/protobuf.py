@@ -109,6 +109,7 @@ class ProtobufSerde(SchemaSerde):
         # (schema id, message indexes) -> (message class, error or None)
         self._classes: dict[tuple[int, tuple[int, ...]], tuple[Any, str | None]] = {}
         self._build_lock = threading.Lock()
+        self._seen: dict[int, tuple[int, ...]] = {}  # schema id -> message indexes last read
 
     def record_name(self) -> str | None:
         """The message's full name."""
@@ -208,6 +209,7 @@ class ProtobufSerde(SchemaSerde):
     ) -> Any:
         schema_id, ref = self.locate(data, headers, stream, partition, offset)
         assert ref.indexes is not None
+        self._seen[schema_id] = ref.indexes
         cls, error = self._classes.get((schema_id, ref.indexes)) or self._load(
             schema_id, ref.indexes, stream, partition, offset
         )
@@ -261,29 +263,22 @@ class ProtobufSerde(SchemaSerde):
         return value if isinstance(value, dict) else message_to_plain(value)
 
     def value_schema(self, schema_id: int) -> Any:
-        """The Avro-shaped schema of the values ``plain`` gives for ``schema_id``'s first
-        message (what the typed archive makes columns of).
+        """The Avro-shaped schema of the values ``plain`` gives for ``schema_id`` (the
+        message class's, else the message its payloads were last decoded as): what the typed
+        archive makes columns of.
 
         Raises:
             SerializationError: The id is unknown or is not a Protobuf message this reads.
         """
-        cls, error = self._classes.get((schema_id, (0,))) or self._load(
-            schema_id, (0,), None, None, None
+        if self.message_class is not None:
+            return plain_schema(self.message_class.DESCRIPTOR)
+        indexes = self._seen.get(schema_id, (0,))  # the message its payloads were decoded as
+        cls, error = self._classes.get((schema_id, indexes)) or self._load(
+            schema_id, indexes, None, None, None
         )
         if error is not None:
             raise SerializationError(error)
         return plain_schema(cls.DESCRIPTOR)
-
-    def payload_class(self, data: bytes, headers: Any = None) -> Any:
-        """The message class a payload decodes to (its schema and message indexes)."""
-        schema_id, ref = self.locate(data, headers, None, None, None)
-        assert ref.indexes is not None
-        cls, error = self._classes.get((schema_id, ref.indexes)) or self._load(
-            schema_id, ref.indexes, None, None, None
-        )
-        if error is not None:
-            raise SerializationError(error)
-        return cls
 
     def __repr__(self) -> str:
         name = "None" if self.message_class is None else self.message_class.DESCRIPTOR.full_name

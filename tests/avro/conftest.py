@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bolide.stores import SqlStore
 from bolide.stores.schema_registry import SqlSchemaRegistry
-from tests.conftest import DATABASES, make_db_url
 
 __all__ = ["ORDER_V1", "ORDER_V2", "ORDER_V3"]
 
@@ -61,14 +58,6 @@ def order(n: int, **extra: Any) -> dict[str, Any]:
         "tags": ["gift"] * (n % 2),
         **extra,
     }
-
-
-@pytest.fixture(params=DATABASES)
-def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    """A ``SqlStore`` at the newest schema: a SQLite file, or a fresh PostgreSQL schema."""
-    with SqlStore(make_db_url(request.param, tmp_path, request)) as store:
-        store.upgrade()
-        yield store
 
 
 @pytest.fixture
