@@ -34,7 +34,7 @@ class NoStoreError(BolideError):
 
 def record_row(record: Record, decoded: Any = None) -> dict[str, Any]:
     """A record as JSON-ready text (keys, payloads and header values as ``render_bytes``),
-    with its value ``decoded`` (Avro) when it was."""
+    with its value ``decoded`` (any schema format) when it was."""
     return {
         "partition": record.partition,
         "offset": record.offset,

@@ -41,8 +41,8 @@ class Found:
         complete: Kafka was read as far as the page needed (else the scan limit or the time
             limit stopped it: ``next`` goes on from where it stopped).
         next: The ``after`` of the next page (``None``: this was the last).
-        decoded: Each record's value decoded (Avro framed the Confluent way, its schema in
-            the store's registry), else ``None``; filled by ``Console.search``.
+        decoded: Each record's value decoded (framed the Confluent way, in any format, its
+            schema in the store's registry), else ``None``; filled by ``Console.search``.
     """
 
     records: list[Record]

@@ -206,3 +206,22 @@ def test_avro_values_are_shown_decoded(estate, console_of, stream_factory):
     assert rows[1]["value"] == "plain"
     page = client.get(f"/streams/{stream.name}").text
     assert "{&#34;qty&#34;: 7}" in page or '{"qty": 7}' in page
+
+
+def test_protobuf_and_json_schema_values_are_shown_decoded(estate, console_of, stream_factory):
+    """Values of the other formats, one with its schema id in a header, are shown decoded."""
+    from bolide.facade import JsonSchemaSerde, ProtobufSerde, Publisher, PublisherConfig
+    from tests.schemas.conftest import ORDER_JSON, Order, json_order, make_order
+
+    stream = stream_factory(name_prefix="console-formats")
+    with SqlStore(estate.db) as store:
+        proto = ProtobufSerde(Order, registry=store, subject="console-proto", framing="header")
+        as_json = JsonSchemaSerde(ORDER_JSON, registry=store, subject="console-json")
+        with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+            pub.publish(proto.encode_record(make_order(2), stream=stream.name), 60)
+            pub.publish(as_json.encode_record(json_order(3), stream=stream.name), 60)
+    rows = console_of().get(f"/api/streams/{stream.name}/records").json()["records"]
+    first, second = (r["decoded"] for r in rows)
+    assert first["price"] == {"cents": 200, "currency": "EUR"} and first["status"] == "SHIPPED"
+    assert first["at"].startswith("2023-11-14 22:13:22")
+    assert second == json_order(3)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from bolide.facade import JsonSchemaSerde, ProtobufSerde
 from bolide.facade.errors import SchemaNotFoundError, SerializationError
-from bolide.facade.schemas.registry import ConfluentSchemaRegistry
+from bolide.facade.schemas.registry import ConfluentSchemaRegistry, MemorySchemaRegistry
 from tests.schemas.conftest import (
     CLASSES,
     ORDER_JSON,
@@ -173,3 +173,26 @@ def test_every_registry_keeps_the_references_and_the_guids(registry: Any) -> Non
     again = generic.decode(record.data, stream="orders", headers=record.headers)
     assert again.SerializeToString() == record.data
     assert generic.payload_schema_id(record.data, record.headers) == latest.schema_id
+
+
+def test_the_subject_name_strategies() -> None:
+    registry = MemorySchemaRegistry()
+    assert ProtobufSerde(Order, registry=registry).subject_for("s") == "s-value"
+    record = ProtobufSerde(Order, registry=registry, subject_name_strategy="RecordNameStrategy")
+    assert record.subject_for("s") == "shop.Order"
+    both = ProtobufSerde(Line, registry=registry, subject_name_strategy="TopicRecordNameStrategy")
+    assert both.subject_for("s") == "s-shop.Order.Line"
+    assert (
+        JsonSchemaSerde(ORDER_JSON, subject_name_strategy="TopicRecordNameStrategy").subject_for(
+            "s"
+        )
+        == "s-Order"
+    )
+    with pytest.raises(SerializationError, match="needs a record name"):
+        JsonSchemaSerde({"type": "object"}, subject_name_strategy="RecordNameStrategy").subject_for(
+            "s"
+        )
+    with pytest.raises(ValueError, match="subject_name_strategy"):
+        ProtobufSerde(Order, subject_name_strategy="topic")
+    both.encode(Line(sku="x"), stream="s")
+    assert registry.latest("s-shop.Order.Line") is not None

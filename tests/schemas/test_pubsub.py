@@ -186,3 +186,25 @@ def test_tail_decodes_every_format_with_the_registry(
     assert "price" not in undecoded.stdout
     refused = bolide(*args, "--decode", cluster=cluster)
     assert refused.returncode == 2 and "--decode needs --db" in refused.stderr
+
+
+def test_an_undecodable_record_goes_to_the_dead_letter_stream(
+    cluster: Any, stream_factory: Any
+) -> None:
+    stream, dead = stream_factory(name_prefix="protodlq"), stream_factory(name_prefix="dead")
+    serde = ProtobufSerde(Order, registry=ConfluentSchemaRegistry(f"mock://{uuid.uuid4().hex}"))
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(serde.encode(make_order(1), stream=stream.name)))
+        pub.publish(Record(b"\x00\x00\x00\x00\x09not protobuf"))
+        pub.publish(Record(serde.encode(make_order(3), stream=stream.name)))
+    config = SubscriberConfig(
+        stream=stream, serde=serde, initial_offset_scheme=EARLIEST, dead_letter=dead
+    )
+    with Subscriber(cluster, config) as sub:
+        values = [r.value for r in drain(sub, 2)]
+    assert values == [make_order(1), make_order(3)]
+    with Subscriber(cluster, SubscriberConfig(stream=dead, initial_offset_scheme=EARLIEST)) as sub:
+        letters = drain(sub, 1)
+    assert letters[0].data == b"\x00\x00\x00\x00\x09not protobuf"
+    reason = dict(letters[0].headers)
+    assert any(b"offset 1" in v for v in reason.values()), reason
