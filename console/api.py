@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bolide.cli.common import parse_time_ms
 from bolide.console.data import Console, NoStoreError, record_row
 from bolide.console.search import Found
-from bolide.facade.cli.common import parse_time_ms
 from bolide.facade.errors import AuthorizationError, BolideError, DeadLetterFilterError
 from bolide.facade.ops.text import json_cell as text_cell
 from bolide.stores import Search

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Any
 
+from bolide.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.console.settings import TOKEN_ENV, ConsoleSettings
-from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 
 __all__ = ["register"]
 

@@ -7,6 +7,7 @@ the other names imported here stay importable from this package as before.
 
 # First: it decides whether the compiled ``_cy`` modules or their sources are imported.
 from bolide.facade import _cext
+from bolide.facade._cext import describe as describe_record_path
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -93,9 +94,11 @@ __all__ = [
     "HistoryStore",
     "IllegalSubscriberStateError",
     "InitialOffsetScheme",
+    "InvalidInitialOffsetSchemeError",
     "JsonSchemaSerde",
     "MemorySchemaRegistry",
     "NotAssignedError",
+    "OffsetLoadError",
     "OffsetOutOfRangeError",
     "ProducerFencedError",
     "ProtobufSerde",
@@ -104,6 +107,7 @@ __all__ = [
     "Publisher",
     "PublisherConfig",
     "Receiver",
+    "ReceiverAlreadyAttachedError",
     "ReceiverHost",
     "ReceiverMetrics",
     "Record",
@@ -117,12 +121,14 @@ __all__ = [
     "ShareSubscriber",
     "StoreError",
     "StreamConfig",
+    "StreamConfigMismatchError",
     "StreamsSubscriber",
     "Subscriber",
     "SubscriberConfig",
     "TopicRecreatedError",
     "TransactionError",
     "TransactionInDoubtError",
+    "describe_record_path",
     "new_subscriber",
     "publish_sequence",
     "sequence_headers",

@@ -12,7 +12,8 @@
     ├── StreamConfigMismatchError (also ValueError)
     ├── PublishError
     │   └── TransactionError
-    │       └── ProducerFencedError
+    │       ├── ProducerFencedError
+    │       └── TransactionInDoubtError
     ├── SerializationError (also ValueError)
     │   ├── SchemaIncompatibleError
     │   └── SchemaNotFoundError (also LookupError)

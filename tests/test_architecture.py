@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("facade", "stores", "spark", "confluent", "migrations", "console")
+PACKAGES = ("facade", "stores", "spark", "confluent", "migrations", "console", "cli", "demo")
 MAX_FUNCTION_LINES = 60
 #: Underscore names that are other libraries' public API: confluent-kafka's error codes
 #: (``KafkaError._PARTITION_EOF``), SQLAlchemy's ``Row._mapping``, namedtuple's methods.

@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks import bench_peers
 from benchmarks._common import Context, Ratio
+from bolide.cli.main import main as cli_main
 from bolide.facade import Cluster
-from bolide.facade.cli.main import main as cli_main
 
 _PEERS = [
     "confluent-kafka",

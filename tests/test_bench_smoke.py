@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_eos, bench_facade, bench_load, bench_outbox, bench_producer, run_all
+from bolide.cli.main import main as cli_main
 from bolide.facade import Cluster
-from bolide.facade.cli.main import main as cli_main
 
 _TINY = ["--count", "200", "--repeat", "1", "--latency-samples", "5", "--round-trips", "5"]
 

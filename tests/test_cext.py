@@ -38,7 +38,7 @@ def _version(switch: str | None) -> str:
     if switch is not None:
         env[_cext.RUNTIME_SWITCH] = switch
     done = subprocess.run(
-        [sys.executable, "-m", "bolide.facade.cli", "--version"],
+        [sys.executable, "-m", "bolide.cli", "--version"],
         env=env,
         capture_output=True,
         text=True,

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from bolide.cli.main import build_parser, main
+from bolide.cli.stream import parse_time_ms
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
-from bolide.facade.cli.main import build_parser, main
-from bolide.facade.cli.stream import parse_time_ms
 from bolide.facade.kafka import admin_client
 from bolide.stores import SqlStore
 
 _SCRIPT = shutil.which("bolide", path=str(Path(sys.executable).parent))
-_COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.facade.cli.main"]
+_COMMAND = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "bolide.cli.main"]
 
 
 def bolide(

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from bolide.demo.orders import ORDER_SCHEMA, SYMBOLS
 from bolide.facade import AvroSerde
-from bolide.facade.demo.orders import ORDER_SCHEMA, SYMBOLS
 from bolide.stores import SqlStore
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     workdir = tmp_path_factory.mktemp("demo")
     done = subprocess.run(
-        [sys.executable, "-m", "bolide.facade.cli.main", "demo", "--quick", "--json",
+        [sys.executable, "-m", "bolide.cli.main", "demo", "--quick", "--json",
          "--workdir", str(workdir)],
         capture_output=True,
         text=True,

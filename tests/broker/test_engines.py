@@ -159,7 +159,7 @@ def test_the_broker_command_prints_its_address_and_stops_on_sigterm(
         port = sock.getsockname()[1]
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "bolide.facade.cli", "broker", "--engine", engine),
+            *(sys.executable, "-m", "bolide.cli", "broker", "--engine", engine),
             *("--port", str(port), "--log", str(tmp_path / "b.log")),
         ],
         stdout=subprocess.PIPE,
@@ -189,7 +189,7 @@ def test_the_broker_command_runs_kafkas_stock_group_settings(tmp_path: Path) -> 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "bolide.facade.cli", "broker", "--engine", "kafka"]
+    command = [sys.executable, "-m", "bolide.cli", "broker", "--engine", "kafka"]
     command += ["--port", str(port), "--log", str(tmp_path / "b.log"), "--group-settings", "stock"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kafka]
 def served(estate: Estate, tmp_path: Path) -> Iterator[str]:
     """``bolide console --port 0 --allow-writes`` over the estate; its URL."""
     command = [
-        sys.executable, "-m", "bolide.facade.cli", "console",
+        sys.executable, "-m", "bolide.cli", "console",
         "-b", estate.cluster.bootstrap_servers, "--db", estate.db, "--port", "0",
         "--allow-writes",
     ]  # fmt: skip

@@ -17,7 +17,7 @@ from tests.durable.test_durable import committed, go_live
 
 def bolide(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bolide.facade.cli.main", *args],
+        [sys.executable, "-m", "bolide.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=300,  # a guard against a hang, not a speed limit

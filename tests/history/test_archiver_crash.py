@@ -44,7 +44,7 @@ def test_sigkill_mid_run_then_restart(
     group = f"crash-{uuid.uuid4().hex[:8]}"
     sent = publish(cluster, stream, TOTAL)
     command = [
-        sys.executable, "-m", "bolide.facade.cli.main", "archive",
+        sys.executable, "-m", "bolide.cli.main", "archive",
         "--stream", stream.name, "--db", db_url, "--bootstrap", cluster.bootstrap_servers,
         "--group", group, "--batch-size", "5", "--follow",
         *(f"-X{k}={v}" for k, v in FAST_GROUP.items()),

@@ -15,7 +15,7 @@ from bolide.facade import Cluster, Record, StreamConfig
 from bolide.stores import SqlStore
 from tests.history.test_archiver import FAST_GROUP, publish
 
-BOLIDE = [sys.executable, "-m", "bolide.facade.cli.main"]
+BOLIDE = [sys.executable, "-m", "bolide.cli.main"]
 
 
 def bolide(*args: str) -> subprocess.CompletedProcess[str]:

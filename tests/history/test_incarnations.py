@@ -338,7 +338,7 @@ def test_incarnations_from_the_command_line(
     old = store.incarnations(stream.name)[0]
 
     def bolide(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "bolide.facade.cli.main", "db", *args, "--db", db_url]
+        command = [sys.executable, "-m", "bolide.cli.main", "db", *args, "--db", db_url]
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
     listed = bolide("incarnations", "--stream", stream.name)

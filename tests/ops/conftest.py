@@ -33,7 +33,7 @@ def bolide(
     if cluster is not None:
         env["BOLIDE_BOOTSTRAP"] = cluster.bootstrap_servers
     return subprocess.run(
-        [sys.executable, "-m", "bolide.facade.cli", *args],
+        [sys.executable, "-m", "bolide.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

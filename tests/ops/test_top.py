@@ -36,7 +36,7 @@ def run_in_terminal(
     # Rich takes COLUMNS and LINES over the terminal's size (pytest-xdist's workers set them).
     env.update(COLUMNS=str(columns), LINES=str(LINES))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bolide.facade.cli", *args],
+        [sys.executable, "-m", "bolide.cli", *args],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -27,7 +27,7 @@ def cluster_args(cluster: Cluster) -> list[str]:
 
 
 def bolide(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bolide.facade.cli.main", *args]
+    return [sys.executable, "-m", "bolide.cli.main", *args]
 
 
 def test_relay_command_publishes_until_sigterm_with_progress_at_v(

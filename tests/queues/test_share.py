@@ -468,7 +468,7 @@ def test_undecodable_records_are_dead_lettered_and_rejected(
 def test_lag_and_top_show_a_share_group_s_backlog(
     share_cluster: Cluster, stream: StreamConfig, members: list[ShareSubscriber]
 ) -> None:
-    from bolide.facade.cli.ops import render_lag
+    from bolide.cli.ops import render_lag
     from bolide.facade.ops.lag import lag_report
     from bolide.facade.ops.shares import list_share_groups
 

@@ -60,7 +60,7 @@ def test_archiver_killed_at_random_points(
         sent = [(f.result(10), i) for i, f in enumerate(futures)]
     assert len(sent) == total
     command = [
-        sys.executable, "-m", "bolide.facade.cli.main", "archive", "--stream", stream.name,
+        sys.executable, "-m", "bolide.cli.main", "archive", "--stream", stream.name,
         "--db", url, "--bootstrap", cluster.bootstrap_servers, "--group", group_name,
         "--batch-size", "25", "--follow", *(f"-X{k}={v}" for k, v in FAST_GROUP.items()),
     ]  # fmt: skip

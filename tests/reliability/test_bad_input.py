@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bolide.cli.main import build_parser
 from bolide.facade import (
     AvroSerde,
     Cluster,
@@ -28,7 +29,6 @@ from bolide.facade import (
     StreamConfig,
     SubscriberConfig,
 )
-from bolide.facade.cli.main import build_parser
 from bolide.facade.record import normalize_headers
 from bolide.facade.resequencer.sequence import (
     NUMBER_HEADER,

@@ -72,7 +72,7 @@ class Relay:
         self.err_path = tmp_path / f"relay{run}.err"
         with self.err_path.open("w") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bolide.facade.cli.main", "-v", "outbox", "relay", *argv],
+                [sys.executable, "-m", "bolide.cli.main", "-v", "outbox", "relay", *argv],
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
             )  # fmt: skip
 

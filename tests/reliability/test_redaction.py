@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 import pytest
 from sqlalchemy.engine import make_url
 
+from bolide.cli.main import main
 from bolide.facade import Cluster, SerializationError, StreamConfig, SubscriberConfig
-from bolide.facade.cli.main import main
 from bolide.facade.redaction import redact, redact_text, redact_url
 from bolide.facade.schemas.avro import AvroSerde
 from bolide.facade.schemas.registry import ConfluentSchemaRegistry

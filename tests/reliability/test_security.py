@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bolide.cli.main import main
 from bolide.facade import (
     AuthenticationError,
     BolideError,
@@ -28,7 +29,6 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.cli.main import main
 from bolide.facade.kafka import ensure_topic
 from bolide.stores import Archiver, SqlDurableRegistry, SqlStore
 from tests.reliability.conftest import LEASE_MS, PG_ADMIN_URL, make_db_url

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bolide.cli.main import main as cli_main
 from bolide.facade import BolideError, Cluster, Record, SchemaOutOfDateError, StreamConfig
-from bolide.facade.cli.main import main as cli_main
 from bolide.facade.compat import stale_watermarks
 from bolide.facade.deadletter import REASON_HEADER
 from bolide.facade.resequencer.sequence import Sequence, parse_sequence, sequence_headers

@@ -236,7 +236,7 @@ def test_without_pyspark_the_error_names_the_extra() -> None:
     assert done.returncode != 0
     assert "pip install 'bolide[spark]'" in done.stderr
     cli = subprocess.run(
-        [sys.executable, "-c", hide + "from bolide.facade.cli.main import main; main(['--help'])"],
+        [sys.executable, "-c", hide + "from bolide.cli.main import main; main(['--help'])"],
         capture_output=True,
         text=True,
     )

@@ -285,7 +285,7 @@ def test_cli_submits_a_job_to_the_cluster(
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "false",
     }
-    command = [sys.executable, "-m", "bolide.facade.cli.main", "spark", "query"]
+    command = [sys.executable, "-m", "bolide.cli.main", "spark", "query"]
     command += ["--master", spark_cluster.master_url, "--deploy-mode", "client"]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]

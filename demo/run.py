@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, TextIO
 
 from confluent_kafka import ConsumerGroupState
 
+from bolide.demo.actors import DurableWatcher, Ledger, Trader
+from bolide.demo.orders import ORDER_SCHEMA, SYMBOLS, Market, wait_for
+from bolide.demo.report import DemoSummary, archive_queries
 from bolide.facade.broker import EmbeddedBroker
 from bolide.facade.config import (
     Cluster,
@@ -34,9 +37,6 @@ from bolide.facade.config import (
     StreamConfig,
     SubscriberConfig,
 )
-from bolide.facade.demo.actors import DurableWatcher, Ledger, Trader
-from bolide.facade.demo.orders import ORDER_SCHEMA, SYMBOLS, Market, wait_for
-from bolide.facade.demo.report import DemoSummary, archive_queries
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import admin_client
 from bolide.facade.schemas.avro import AvroSerde
@@ -433,7 +433,7 @@ class _Scenario:
         )
 
     def _spark(self, cluster: Cluster, stream: StreamConfig, market: Market) -> None:
-        from bolide.facade.demo.spark import run_spark
+        from bolide.demo.spark import run_spark
 
         written, rows = run_spark(cluster, stream.name, self.workdir, self.say)
         self.summary.spark_archived = written

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 
 # Without the spark extra this import fails on PySpark, and the command group is left out.
 from bolide.spark.jobs import archive, query, resequence
@@ -245,7 +245,7 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # spark-submit .../bolide/facade/cli/spark.py JOB ...
-    from bolide.facade.cli.main import main
+if __name__ == "__main__":  # spark-submit .../bolide/cli/spark.py JOB ...
+    from bolide.cli.main import main
 
     sys.exit(main(["spark", *sys.argv[1:]]))

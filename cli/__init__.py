@@ -1,5 +1,5 @@
 """The ``bolide`` command: one module per command group, shared helpers in ``common``."""
 
-from bolide.facade.cli.main import build_parser, main
+from bolide.cli.main import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bolide.facade.cli.common import (
+from bolide.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,

@@ -11,7 +11,7 @@ import sys
 from contextlib import ExitStack
 from typing import Any
 
-from bolide.facade.cli.common import (
+from bolide.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bolide.facade.cli.common import (
+from bolide.cli.common import (
     add_cluster_arguments,
     add_db_argument,
     cluster_from_args,

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bolide.facade.cli.common import add_bootstrap_argument
+from bolide.cli.common import add_bootstrap_argument
 from bolide.facade.errors import BolideError
 
 __all__ = ["benchmarks_dir", "load_benchmarks", "register"]

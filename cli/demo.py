@@ -1,4 +1,4 @@
-"""``bolide demo``: a thin shim over ``bolide.facade.demo.run.run_demo``.
+"""``bolide demo``: a thin shim over ``bolide.demo.run.run_demo``.
 
 Exit codes: 0 every check passed, 1 a check failed or a step stalled, 2 usage error.
 """
@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from bolide.facade.cli.common import add_bootstrap_argument, add_db_argument
+from bolide.cli.common import add_bootstrap_argument, add_db_argument
 
 __all__ = ["register"]
 
@@ -42,8 +42,8 @@ def register(subparsers: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from bolide.facade.demo.report import print_summary
-    from bolide.facade.demo.run import DemoOptions, Progress, run_demo
+    from bolide.demo.report import print_summary
+    from bolide.demo.run import DemoOptions, Progress, run_demo
 
     if args.orders < 300:
         args.parser.error("--orders must be at least 300 (a hundred per burst)")

@@ -1,6 +1,6 @@
 """``bolide durable list`` and ``bolide durable expire``: thin shims over the durable registry.
 
-Registered by ``bolide.facade.cli.store``. Exit codes: 0 ok, 1 runtime failure, 2 usage error.
+Registered by ``bolide.cli.store``. Exit codes: 0 ok, 1 runtime failure, 2 usage error.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.facade.config import Cluster
 from bolide.facade.ops.durables import client_backlog, expire_clients
 from bolide.facade.ports import DurableClient, now_ms

@@ -12,7 +12,7 @@ import signal
 import threading
 from typing import Any
 
-from bolide.facade.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
+from bolide.cli.common import add_cluster_arguments, add_db_argument, cluster_from_args
 from bolide.stores import Outbox, RelayConfig, RelayStats, SqlStore
 
 __all__ = ["register"]

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from bolide.facade.cli.ops import add_scope_arguments, checked_cluster, report_from_args
+from bolide.cli.ops import add_scope_arguments, checked_cluster, report_from_args
 from bolide.facade.ops import LagReport, Rates, rates
 
 __all__ = ["register", "render"]

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from bolide.demo.orders import is_block_part
 from bolide.facade.config import Cluster, SubscriberConfig
-from bolide.facade.demo.orders import is_block_part
 from bolide.facade.record import Record
 from bolide.facade.resequencer.core import Resequencer
 from bolide.facade.subscriber import Subscriber

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
-from bolide.facade import _cext
+from bolide.facade import describe_record_path
 from bolide.facade.errors import BolideError
 from bolide.facade.redaction import redact_text
 
@@ -29,17 +29,17 @@ _ActionT = TypeVar("_ActionT", bound=argparse.Action)
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in help order.
 _COMMAND_MODULES = (
-    "bolide.facade.cli.broker",
-    "bolide.facade.cli.bench",
-    "bolide.facade.cli.demo",
-    "bolide.facade.cli.stream",
-    "bolide.facade.cli.store",
-    "bolide.facade.cli.durable",
-    "bolide.facade.cli.dlq",
-    "bolide.facade.cli.outbox",
-    "bolide.facade.cli.ops",
-    "bolide.facade.cli.top",
-    "bolide.facade.cli.spark",
+    "bolide.cli.broker",
+    "bolide.cli.bench",
+    "bolide.cli.demo",
+    "bolide.cli.stream",
+    "bolide.cli.store",
+    "bolide.cli.durable",
+    "bolide.cli.dlq",
+    "bolide.cli.outbox",
+    "bolide.cli.ops",
+    "bolide.cli.top",
+    "bolide.cli.spark",
     "bolide.console.command",
 )
 
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logs (-vv: debug)")
     parser.add_argument(
-        "--version", action="version", version=f"bolide {_version()}, {_cext.describe()}"
+        "--version", action="version", version=f"bolide {_version()}, {describe_record_path()}"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
