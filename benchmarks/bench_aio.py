@@ -12,11 +12,16 @@ Run ``python -m benchmarks.bench_aio --help`` from the repository root.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
 import math
 import resource
-import sys
 import threading
 import time
 import uuid

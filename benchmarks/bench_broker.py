@@ -11,9 +11,14 @@ with a heap of at most 1 GiB).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from benchmarks._common import Context, Report, markdown_table, standalone

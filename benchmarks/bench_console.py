@@ -17,10 +17,15 @@ Run from the repository root: ``python -m benchmarks.bench_console [--quick] [--
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 

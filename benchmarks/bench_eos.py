@@ -16,8 +16,13 @@ Run ``python -m benchmarks.bench_eos --help`` from the repository root.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
 import time
 import uuid
 from collections.abc import Callable, Sequence

@@ -13,9 +13,14 @@ Run ``python -m benchmarks.bench_load --help`` from the repository root, or ``bo
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import struct
-import sys
 import threading
 import time
 import uuid

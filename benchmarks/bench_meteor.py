@@ -18,8 +18,13 @@ Run ``python -m benchmarks.bench_meteor --help`` from the repository root, or ``
 
 from __future__ import annotations
 
-import argparse
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
 import threading
 import time
 import uuid

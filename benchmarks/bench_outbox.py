@@ -15,6 +15,12 @@ Run from the repository root: ``python -m benchmarks.bench_outbox [--quick] [--j
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import time
 import uuid
 

@@ -15,12 +15,17 @@ Run from the repository root: ``python -m benchmarks.bench_parallel [--json]``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import itertools
 import logging
 import random
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable

@@ -26,17 +26,21 @@ Run from the repository root: ``python -m benchmarks.bench_peers [--quick] [--js
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition

@@ -12,9 +12,14 @@ Run: ``python -m benchmarks.bench_serdes [--records N] [--repeat R] [--shape sma
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import random
-import sys
 import time
 from collections.abc import Callable
 from io import BytesIO

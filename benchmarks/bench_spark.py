@@ -17,13 +17,17 @@ workers: ``benchmarks/bench_spark_cluster.py``.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition

@@ -26,16 +26,20 @@ their executors share this machine's cores with whatever else runs. Run
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import os
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (

@@ -22,9 +22,14 @@ Run ``python -m benchmarks.bench_store --help`` from the repository root, or ``b
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import sqlite3
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence

@@ -15,11 +15,16 @@ ungrouped subscriber; the median of the repeats is reported with its ratio to ``
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from typing import Any
@@ -32,7 +37,6 @@ NAME = "telemetry"
 MODES = ("off", "import", "api", "sdk", "sdk-1%")
 
 _HIDE_OTEL = """
-import sys
 from importlib.abc import MetaPathFinder
 
 class _NoOtel(MetaPathFinder):

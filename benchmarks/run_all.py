@@ -11,16 +11,20 @@ and one failing benchmark does not stop the others.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/bench_x.py): find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import contextlib
 import importlib
 import io
 import json
-import sys
 import time
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 

@@ -22,7 +22,6 @@ from typing import Any, Unpack
 
 from confluent_kafka import TopicPartition
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.assembly import assemble
 from bolide.facade.consumer.client import (
@@ -42,6 +41,7 @@ from bolide.facade.ports import Polled
 from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import RecordBatch
+from bolide.facade.support import HookLock
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from bolide.facade._internal.closing import Closing
+from bolide.facade.support import Closing
 
 if TYPE_CHECKING:
     from bolide.facade.record import Record, RecordBatch

@@ -14,11 +14,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from bolide.facade._internal.closing import Closing
-from bolide.facade._internal.fatal import FATAL_CODES
 from bolide.facade.config import Cluster, PublisherConfig
 from bolide.facade.errors import PublishError, TransactionError
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic, new_client
+from bolide.facade.kafka.fatal import FATAL_CODES
 from bolide.facade.ports import FramedSerde
 from bolide.facade.producer.deliveries import (
     PARTITION_UNASSIGNED,
@@ -40,6 +39,7 @@ from bolide.facade.record import (
     headers_or_none,
     unshared,
 )
+from bolide.facade.support import Closing
 from bolide.facade.telemetry import TELEMETRY
 
 __all__ = ["PublishCallback", "Publisher"]

@@ -37,7 +37,6 @@ from confluent_kafka import (
     ShareConsumer,
 )
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.client import error_reporter
 from bolide.facade.consumer.decoding import Decoder
@@ -55,6 +54,7 @@ from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
 from bolide.facade.record import Record, RecordBatch, record_from_message
 from bolide.facade.share_receiver import ShareReceiver
+from bolide.facade.support import HookLock
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
 

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
 from bolide.facade.consumer.client import error_reporter, group_id
 from bolide.facade.consumer.lifecycle import Lifecycle
@@ -38,6 +37,7 @@ from bolide.facade.receiver import (
     RecordHandler,
 )
 from bolide.facade.record import RecordBatch
+from bolide.facade.support import HookLock
 from bolide.facade.validate import check_int
 
 __all__ = ["StreamReceivers", "StreamsSubscriber"]

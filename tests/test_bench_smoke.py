@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -223,3 +224,18 @@ def test_runner_runs_a_module_that_only_exposes_bench(
     out = capsys.readouterr().out
     assert "## extra" in out and "1 targets missed" in out
     assert "| extra     | m      | raw       | x/s  |" in out and "0.50x" in out
+
+
+def test_a_benchmark_runs_as_a_file_from_anywhere(tmp_path: Path) -> None:
+    """``python benchmarks/bench_x.py`` finds its package as ``python -m`` does."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_serdes.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage: bench_serdes" in done.stdout

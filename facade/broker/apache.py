@@ -28,6 +28,7 @@ from bolide.facade.broker._process import (
     wait_ready,
 )
 from bolide.facade.broker.jars import KAFKA, KAFKA_VERSION, MIN_JAVA, find_java, java_major
+from bolide.facade.broker.leash import Leash
 from bolide.facade.broker.security import BrokerSecurity
 from bolide.facade.errors import BrokerError
 
@@ -126,9 +127,16 @@ class _Node:
     folder: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    leash: Leash | None = None  # kills the node if this Python process dies hard
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def unleash(self) -> None:
+        """Forget the watcher of a node that has exited (or been stopped)."""
+        leash, self.leash = self.leash, None
+        if leash is not None:
+            leash.release()
 
 
 class KafkaEngine:
@@ -292,6 +300,7 @@ class KafkaEngine:
     def _launch(self, node: _Node) -> None:
         if node.alive():
             return
+        node.unleash()  # the last run's, if it died
         args = self._java_args(
             "kafka.Kafka", str(node.folder / "server.properties"), heap=self._heap
         )
@@ -305,6 +314,7 @@ class KafkaEngine:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+        node.leash = Leash(node.process.pid)
         log.info(
             "Apache Kafka node %d starting on %s:%d (log %s)",
             node.node_id,
@@ -363,6 +373,7 @@ class KafkaEngine:
             thread.join()
         for node in self._nodes.values():
             node.process = None
+            node.unleash()
         shutil.rmtree(self._root, ignore_errors=True)
         self._formatted = False
 
@@ -376,6 +387,7 @@ class KafkaEngine:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+        node.unleash()
 
     def pause_node(self, node_id: int) -> None:
         node = self._node(node_id)

@@ -10,8 +10,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._internal.fatal import Refusals
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.consumer.client import protocol_of
 from bolide.facade.consumer.confirms import Confirms
@@ -22,7 +20,9 @@ from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.state import GroupState, ManualState, PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
+from bolide.facade.kafka.fatal import Refusals
 from bolide.facade.record import Record
+from bolide.facade.support import HookLock
 
 __all__ = ["Parts", "assemble"]
 

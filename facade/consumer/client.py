@@ -12,12 +12,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition, libversion
 
-from bolide.facade._internal.fatal import Refusals, Scope, fatal_error
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster, RebalanceProtocol, SubscriberConfig, rebalance_protocol
 from bolide.facade.durable import durable_group_id
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import CONSUMER_DEFAULTS, broker_setting, new_client
+from bolide.facade.kafka.fatal import Refusals, Scope, fatal_error
+from bolide.facade.support import HookLock
 from bolide.facade.validate import check_int
 
 __all__ = [

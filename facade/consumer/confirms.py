@@ -17,12 +17,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.consumer.ledger import Ledger, decode_finished, encode_finished
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.errors import IllegalSubscriberStateError, NotAssignedError
 from bolide.facade.history import KnownTopic
 from bolide.facade.ports import Incarnations, PositionStore, TopicIdentity
+from bolide.facade.support import HookLock
 
 __all__ = ["Confirms"]
 

@@ -14,7 +14,6 @@ from itertools import islice
 
 from confluent_kafka import Consumer, KafkaError, Message
 
-from bolide.facade._internal.fatal import Refusals, refused
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer._fetch_cy import take_run
 from bolide.facade.consumer.client import refused_error
@@ -23,6 +22,7 @@ from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.shared_fetch import RingReader, reader
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import BolideError, SerializationError
+from bolide.facade.kafka.fatal import Refusals, refused
 from bolide.facade.ports import Polled
 from bolide.facade.record import Record, RecordBatch, record_from_message
 

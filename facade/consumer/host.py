@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import Cluster
 from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.state import PartitionState
@@ -19,6 +18,7 @@ from bolide.facade.durable import DurableSession
 from bolide.facade.errors import SerializationError
 from bolide.facade.receiver import ConfirmLimit, RevokeListener, StreamReader
 from bolide.facade.record import Record, RecordBatch
+from bolide.facade.support import HookLock
 
 __all__ = ["ReceiverHooks", "ReceiverSeat", "SessionHost", "SubscriberView"]
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bolide.facade._internal.lock import HookLock
 from bolide.facade.config import SubscriberConfig
 from bolide.facade.consumer.confirms import Confirms
 from bolide.facade.consumer.fetch import Fetcher
@@ -19,6 +18,7 @@ from bolide.facade.consumer.positions import Positions, Report
 from bolide.facade.consumer.state import PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import NotAssignedError
+from bolide.facade.support import HookLock
 
 __all__ = ["Lease"]
 

@@ -9,10 +9,10 @@ running receiver, and ``with sub:`` closing it.
 
 from __future__ import annotations
 
-from bolide.facade._internal.closing import Closing
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.errors import IllegalSubscriberStateError, ReceiverAlreadyAttachedError
 from bolide.facade.receiver import Receiver
+from bolide.facade.support import Closing
 
 __all__ = ["Lifecycle", "check_arguments"]
 

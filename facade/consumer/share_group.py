@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from bolide.facade._internal.fatal import AUTHENTICATION_CODES, authentication_error
 from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
 from bolide.facade.errors import AuthorizationError, BolideError, BrokerError
 from bolide.facade.kafka import admin_client
+from bolide.facade.kafka.fatal import AUTHENTICATION_CODES, authentication_error
 from bolide.facade.kafka.features import broker_features
 
 __all__ = ["GroupSettings", "configure_group", "require_share_groups"]

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType, TopicMetadata
 
-from bolide.facade._internal.fatal import AUTHENTICATION_CODES, Refusals, authentication_error
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import (
     AuthorizationError,
@@ -23,6 +22,7 @@ from bolide.facade.errors import (
     StreamConfigMismatchError,
 )
 from bolide.facade.kafka.compat import confirm_ends, confirm_time_offsets, stale_watermarks
+from bolide.facade.kafka.fatal import AUTHENTICATION_CODES, Refusals, authentication_error
 from bolide.facade.ports import DurableClient
 
 T = TypeVar("T")

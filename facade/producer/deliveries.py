@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from bolide.facade._internal.fatal import Scope, fatal_error
 from bolide.facade.errors import BolideError, PublishError, TransactionError
+from bolide.facade.kafka.fatal import Scope, fatal_error
 from bolide.facade.ports import PublishCallback
 from bolide.facade.producer._delivery_cy import Delivery, FutureDelivery, call_back
 from bolide.facade.producer.transactions import Transactions

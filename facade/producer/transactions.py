@@ -22,12 +22,12 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from bolide.facade._internal.fatal import FATAL_CODES, Scope, fatal_error
 from bolide.facade.errors import (
     ProducerFencedError,
     TransactionError,
     TransactionInDoubtError,
 )
+from bolide.facade.kafka.fatal import FATAL_CODES, Scope, fatal_error
 
 __all__ = ["FENCED", "OVERRUN_GRACE_S", "OffsetSource", "TransactionSource", "Transactions"]
 

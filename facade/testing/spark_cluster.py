@@ -38,6 +38,7 @@ from typing import Any
 import pyspark
 
 from bolide.facade.broker import free_ports, log_tail, stop_process
+from bolide.facade.broker.leash import Leash
 
 __all__ = ["DRIVER_SETTINGS", "StandaloneCluster", "session_settings"]
 
@@ -83,6 +84,8 @@ class StandaloneCluster:
     master: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _ports: set[int] = field(default_factory=set, init=False, repr=False)  # the daemons' ports
+    # Each daemon's process group dies with this process, however it dies (by pid).
+    _leashes: dict[int, Leash] = field(default_factory=dict, init=False, repr=False)
 
     def _spawn(self, name: str, cls: str, *args: str) -> subprocess.Popen[bytes]:
         env = {
@@ -94,13 +97,20 @@ class StandaloneCluster:
         }
         log = (self.directory / f"{name}.log").open("wb")
         with log:
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 [str(_SPARK_HOME / "bin" / "spark-class"), cls, *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # a kill reaches the worker's executors too
             )
+        self._leashes[process.pid] = Leash(process.pid)
+        return process
+
+    def _unleash(self, process: subprocess.Popen[bytes]) -> None:
+        leash = self._leashes.pop(process.pid, None)
+        if leash is not None:
+            leash.release()
 
     def start(self, workers: int = 2, timeout_s: float = 180.0) -> None:
         """Start the master and ``workers`` workers (1 core, 1 GiB each); wait until every
@@ -140,6 +150,7 @@ class StandaloneCluster:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
+        self._unleash(process)
 
     def restart_worker(self, n: int, timeout_s: float = 180.0) -> None:
         """Start worker ``n`` again (after ``kill_worker``); wait until the master counts
@@ -199,3 +210,4 @@ class StandaloneCluster:
         for process in [*self.workers, self.master]:
             if process is not None:
                 stop_process(process, 30)
+                self._unleash(process)
