@@ -1,6 +1,7 @@
 """The shape docs/architecture.md promises, checked on the source: no function over 60 lines
-(modules are cut where concepts part, not at a line count), and no object's underscore members
-used from outside the module that defines them (the seams are protocols and public methods)."""
+(modules are cut where concepts part, not at a line count), no object's underscore members
+used from outside the module that defines them (the seams are protocols and public methods),
+and packages whose ``__init__.py`` only names what their modules hold."""
 
 from __future__ import annotations
 
@@ -39,6 +40,34 @@ def test_function_sizes(path: Path) -> None:
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert long == []
+
+
+def _face_code(tree: ast.Module) -> list[str]:
+    """What an ``__init__.py`` holds besides its docstring, imports (guarded or not) and
+    ``__all__``."""
+    found = []
+    for node in tree.body[1:] if ast.get_docstring(tree) else tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Try) and all(  # an import guard naming the missing extra
+            isinstance(inner, ast.Import | ast.ImportFrom) for inner in node.body
+        ):
+            continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            "__all__"
+        ]:
+            continue
+        found.append(f"line {node.lineno}: {type(node).__name__}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sources() if p.name == "__init__.py"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_package_face_holds_no_code(path: Path) -> None:
+    assert _face_code(ast.parse(path.read_text())) == []
 
 
 def _defined_private(tree: ast.AST) -> set[str]:
