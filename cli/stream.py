@@ -29,6 +29,7 @@ from bolide.cli.common import (
 )
 from bolide.facade.errors import SerializationError
 from bolide.facade.ops.text import render_bytes
+from bolide.facade.ports import decode_with
 
 if TYPE_CHECKING:
     from bolide.facade.config import Cluster
@@ -483,13 +484,7 @@ def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = N
         value = None  # a tombstone: printed as NULL, JSON null
     elif serde is not None:
         try:
-            value = serde.decode(
-                record.data,
-                stream=record.stream,
-                partition=record.partition,
-                offset=record.offset,
-                headers=record.headers,
-            )
+            value = decode_with(serde)(record, record.stream)
         except SerializationError as exc:
             print(f"bolide tail: warning: {exc}", file=sys.stderr)
             value = render_bytes(record.data)

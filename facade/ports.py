@@ -52,6 +52,7 @@ __all__ = [
     "TopicIdentity",
     "TypedSchemaRegistry",
     "TypedSerde",
+    "decode_with",
     "now_ms",
     "open_plugin",
 ]
@@ -238,6 +239,38 @@ class FramedSerde(TypedSerde, Protocol):
     ) -> Any:
         """The object in ``data``, its schema found in ``headers`` first."""
         ...
+
+
+def decode_with(serde: Serde) -> Callable[[Record, str], Any]:
+    """How to decode a record's payload with ``serde``, chosen once: with the record's headers
+    for a ``FramedSerde`` (its schema id may be in one), without for any other serde.
+
+    The one place a record meets its serde: a subscriber's decoder, the typed archive and
+    ``bolide tail`` call what this returns as ``decode(record, stream)``.
+    """
+    if isinstance(serde, FramedSerde):
+        framed = serde
+
+        def with_headers(record: Record, stream: str) -> Any:
+            return framed.decode(
+                record.data,  # type: ignore[arg-type]
+                stream=stream,
+                partition=record.partition,
+                offset=record.offset,
+                headers=record.headers,
+            )
+
+        return with_headers
+
+    def plain(record: Record, stream: str) -> Any:
+        return serde.decode(
+            record.data,  # type: ignore[arg-type]
+            stream=stream,
+            partition=record.partition,
+            offset=record.offset,
+        )
+
+    return plain
 
 
 class Compatibility(enum.Enum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.deadletter import LetterBox, Reason
 from bolide.facade.errors import SerializationError
-from bolide.facade.ports import FramedSerde
+from bolide.facade.ports import decode_with
 from bolide.facade.record import Record
 
 __all__ = ["Decoder"]
@@ -17,8 +17,7 @@ class Decoder:
 
     def __init__(self, cluster: Cluster, config: SubscriberConfig) -> None:
         self._serde = config.serde
-        # Its schema id may be in a header: hand it each record's headers.
-        self._framed = isinstance(config.serde, FramedSerde)
+        self._decode = decode_with(config.serde)
         self._topic = config.single.name
         dead_letter = config.dead_letter
         self._letters = None if dead_letter is None else LetterBox(cluster, dead_letter)
@@ -37,21 +36,7 @@ class Decoder:
         if record.data is None:
             return None  # a tombstone has no value to decode: record.value stays None
         try:
-            if self._framed:
-                record.value = serde.decode(
-                    record.data,
-                    stream=self._topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    headers=record.headers,
-                )
-            else:
-                record.value = serde.decode(
-                    record.data,
-                    stream=self._topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                )
+            record.value = self._decode(record, self._topic)
         except SerializationError as exc:
             if exc.retriable:
                 raise

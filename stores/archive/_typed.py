@@ -47,7 +47,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from bolide.facade.errors import SerializationError, StoreError
-from bolide.facade.ports import FramedSerde, TypedSerde
+from bolide.facade.ports import FramedSerde, TypedSerde, decode_with
 from bolide.facade.record import Record
 from bolide.stores.archive._avro_columns import (
     SQL_TYPES,
@@ -270,6 +270,7 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
     """
     rows: _Decoded = {}
     framed = serde if isinstance(serde, FramedSerde) else None
+    decode = decode_with(serde)
     by_schema: dict[int, list[Field]] = {}
     skipped = 0
     for rec in records:
@@ -280,18 +281,9 @@ def _decoded_rows(stream: str, records: Sequence[Record], serde: TypedSerde) -> 
         try:
             if framed is not None:  # the schema id may be in a header
                 schema_id = framed.payload_schema_id(rec.data, rec.headers, stream)
-                decoded = framed.decode(
-                    rec.data,
-                    stream=stream,
-                    partition=rec.partition,
-                    offset=rec.offset,
-                    headers=rec.headers,
-                )
             else:
                 schema_id = serde.payload_schema_id(rec.data)
-                decoded = serde.decode(
-                    rec.data, stream=stream, partition=rec.partition, offset=rec.offset
-                )
+            decoded = decode(rec, stream)
             value = serde.plain(decoded)
             fields = by_schema.get(schema_id)
             if fields is None:
