@@ -92,7 +92,11 @@ class Lease:
         self._claim_at = 0.0
 
     def subscribe(self) -> None:
-        """Join the group (again), with this lease's rebalance callbacks."""
+        """Join the group (again), with this lease's rebalance callbacks.
+
+        Caller: ``Parts.start`` (a grouped subscriber's start), ``reactivate``.
+        Affects: the consumer's subscription; the callbacks then drive ``state``.
+        """
         self._consumer.subscribe(
             [self._topic],
             on_assign=self._on_assign,
@@ -102,7 +106,12 @@ class Lease:
 
     def deactivate(self) -> None:
         """Give the partitions up (revoked while still owned) and leave the group; the
-        consumer is still served but reads nothing until ``reactivate``."""
+        consumer is still served but reads nothing until ``reactivate``.
+
+        Caller: ``OneStreamSubscriber.deactivate`` (the user, under the subscriber's lock).
+        Affects: every held partition is lost (``lose``), the fetcher marked deactivated and
+        its pending records dropped, the subscription left.
+        """
         fetcher = self._fetcher
         if fetcher.deactivated:
             return
@@ -112,7 +121,11 @@ class Lease:
         fetcher.pending.clear()
 
     def reactivate(self) -> None:
-        """Join the group again after ``deactivate``."""
+        """Join the group again after ``deactivate``.
+
+        Caller: ``OneStreamSubscriber.reactivate`` (the user, under the subscriber's lock).
+        Affects: the fetcher reads again; the subscription is made anew (``subscribe``).
+        """
         fetcher = self._fetcher
         if not fetcher.deactivated:
             return
@@ -159,7 +172,12 @@ class Lease:
 
     def claim_again(self) -> None:
         """Ask the position store again (at most once a second) for the claims that failed on
-        assignment; a partition claimed reads on from its stored position."""
+        assignment; a partition claimed reads on from its stored position.
+
+        Caller: the fetcher, before each poll.
+        Affects: the claimed partitions' read position (``Fetcher.move``) and their "claim"
+        hold, released; partitions whose claim fails again stay held and are retried.
+        """
         if not self._unclaimed or time.monotonic() < self._claim_at:
             return
         state = self._state
@@ -200,7 +218,15 @@ class Lease:
         self._state.unassign(parts)
 
     def lose(self, parts: list[int], *, lost: bool) -> None:
-        """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``."""
+        """Give up ``parts``: revoked while still owned (hooks may commit), or ``lost``.
+
+        Caller: the rebalance callbacks (revoked, lost), ``deactivate``, ``expired`` and
+        ``leave`` (a static member), on the thread that polls.
+        Affects: the user's and a receiver's revoke hooks run (a confirm in them commits
+        before the next owner reads), then ``state`` forgets the partitions and their holds,
+        their history cursors close and the fetcher drops what it held of them; a lost lease
+        is reported.
+        """
         held = self._state.assigned() & set(parts)
         self._unclaimed.difference_update(parts)
         hook, listener = self._config.on_revoke, self._hooks.on_revoke
@@ -242,7 +268,11 @@ class Lease:
             self._report(f"{name} raised", exc)
 
     def expired(self) -> None:
-        """The consumer missed its poll deadline: the group has moved on without it."""
+        """The consumer missed its poll deadline: the group has moved on without it.
+
+        Caller: the fetcher, when librdkafka reports the poll interval exceeded.
+        Affects: every held partition is lost (``lose(lost=True)``).
+        """
         self.lose(sorted(self._state.assigned()), lost=True)
 
     def leave(self, *, joining: bool) -> None:
@@ -257,6 +287,10 @@ class Lease:
         is left, and the consumer is polled until nothing is assigned and no rebalance callback
         has come for a few polls; ``close`` then finds nothing left to revoke. Records fetched
         meanwhile are dropped: nothing past the confirmed positions was delivered.
+
+        Caller: ``Parts.close`` (a grouped subscriber's close).
+        Affects: the subscription (left, unless static: then every partition is given up
+        here), the callbacks it serves.
         """
         consumer = self._consumer
         deadline = time.monotonic() + _LEAVE_TIMEOUT_S
