@@ -37,6 +37,7 @@ NAME = "telemetry"
 MODES = ("off", "import", "api", "sdk", "sdk-1%")
 
 _HIDE_OTEL = """
+import sys
 from importlib.abc import MetaPathFinder
 
 class _NoOtel(MetaPathFinder):

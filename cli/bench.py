@@ -35,7 +35,7 @@ def benchmarks_dir() -> Path:
     for folder in here.parents:
         if (folder / _PACKAGE / "run_all.py").is_file():
             return folder / _PACKAGE
-    return here.parent.parent.parent / _PACKAGE
+    return here.parents[1] / _PACKAGE
 
 
 def load_benchmarks(folder: Path | None = None) -> ModuleType:

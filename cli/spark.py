@@ -1,7 +1,7 @@
 """``bolide spark archive|resequence|query``: thin shims over ``bolide.spark.jobs``.
 
 Exit codes: 0 ok, 1 runtime failure, 2 usage error. ``spark-submit`` runs this file directly
-(``spark-submit [options] path/to/bolide/spark/cli.py archive --master submit ...``).
+(``spark-submit [options] path/to/bolide/cli/spark.py archive --master submit ...``).
 """
 
 from __future__ import annotations

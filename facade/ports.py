@@ -43,6 +43,7 @@ __all__ = [
     "PositionStore",
     "PublishCallback",
     "PublisherLike",
+    "RecordDecoder",
     "RegisteredSchema",
     "Schema",
     "SchemaReference",
@@ -241,26 +242,25 @@ class FramedSerde(TypedSerde, Protocol):
         ...
 
 
+@runtime_checkable
+class RecordDecoder(Protocol):
+    """Decodes a whole record, not just its payload: Confluent's header framing puts the
+    schema id in a header (bolide's schema serdes and ``SchemaReader`` are such decoders)."""
+
+    def decode_record(self, record: Record, stream: str) -> Any:
+        """``record``'s value; ``SerializationError`` naming its place when it cannot."""
+        ...
+
+
 def decode_with(serde: Serde) -> Callable[[Record, str], Any]:
-    """How to decode a record's payload with ``serde``, chosen once: with the record's headers
-    for a ``FramedSerde`` (its schema id may be in one), without for any other serde.
+    """How to decode a record's payload with ``serde``, chosen once: the whole record to a
+    ``RecordDecoder`` (its schema id may be in a header), the payload to any other serde.
 
     The one place a record meets its serde: a subscriber's decoder, the typed archive and
     ``bolide tail`` call what this returns as ``decode(record, stream)``.
     """
-    if isinstance(serde, FramedSerde):
-        framed = serde
-
-        def with_headers(record: Record, stream: str) -> Any:
-            return framed.decode(
-                record.data,  # type: ignore[arg-type]
-                stream=stream,
-                partition=record.partition,
-                offset=record.offset,
-                headers=record.headers,
-            )
-
-        return with_headers
+    if isinstance(serde, RecordDecoder):
+        return serde.decode_record
 
     def plain(record: Record, stream: str) -> Any:
         return serde.decode(

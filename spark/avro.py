@@ -134,7 +134,11 @@ def serde_spec(serde: SchemaSerde, *, reader_schema: Any = None) -> dict[str, An
         ValueError: The registry is confluent-kafka's in-process mock.
         TypeError: A registry that cannot be described, or a serde of another kind.
     """
-    common = {"subject": serde.subject, "registry": _registry_spec(serde.registry)}
+    common = {
+        "subject": serde.subject,
+        "subject_name_strategy": serde.subject_name_strategy,
+        "registry": _registry_spec(serde.registry),
+    }
     if isinstance(serde, AvroSerde):
         return {
             "format": "AVRO",
@@ -171,8 +175,14 @@ def _worker_registry(spec: dict[str, Any]) -> Any:
 def _build(spec: dict[str, Any]) -> SchemaSerde:
     registry = _worker_registry(spec["registry"])
     kind = spec.get("format", "AVRO")
+    strategy = spec.get("subject_name_strategy", "TopicNameStrategy")
     if kind == "PROTOBUF":
-        return ProtobufSerde(registry=registry, subject=spec["subject"], value_as=spec["value_as"])
+        return ProtobufSerde(
+            registry=registry,
+            subject=spec["subject"],
+            value_as=spec["value_as"],
+            subject_name_strategy=strategy,
+        )
     if kind == "JSON":
         references = [SchemaReference(n, s, v) for n, s, v in spec["references"]]
         return JsonSchemaSerde(
@@ -181,12 +191,14 @@ def _build(spec: dict[str, Any]) -> SchemaSerde:
             subject=spec["subject"],
             references=references,
             validate_decoded=spec["validate_decoded"],
+            subject_name_strategy=strategy,
         )
     return AvroSerde(
         spec["schema"],
         registry=registry,
         subject=spec["subject"],
         reader_schema=spec["reader_schema"],
+        subject_name_strategy=strategy,
     )
 
 

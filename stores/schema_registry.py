@@ -65,6 +65,7 @@ class SqlSchemaRegistry:
             )
         self._schemas: dict[int, Schema] = {}  # ids never change: cache them forever
         self._guids_written: set[int] = set()
+        self._ids_of_guids: dict[str, int] = {}
         self._checked = False
         self._lock = threading.Lock()
 
@@ -177,10 +178,15 @@ class SqlSchemaRegistry:
         return guid
 
     def id_of_guid(self, guid: str, subject: str | None = None) -> int:
-        """See ``TypedSchemaRegistry.id_of_guid`` (GUIDs are global here: no subject needed)."""
+        """See ``TypedSchemaRegistry.id_of_guid`` (GUIDs are global here: no subject needed;
+        an answer is kept, as ids are)."""
+        known = self._ids_of_guids.get(guid)
+        if known is not None:
+            return known
         row = self._fetch_one("schema GUID lookup", SCHEMAS.c.guid == guid)
         if row is None:
             raise SchemaNotFoundError(f"schema GUID {guid} is not registered")
+        self._ids_of_guids[guid] = int(row.schema_id)
         return int(row.schema_id)
 
     def _fetch_one(self, what: str, where: Any) -> Any:

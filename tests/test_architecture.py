@@ -164,7 +164,9 @@ def _state_reaches(tree: ast.AST) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "path", list((ROOT / "facade").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+    "path",
+    [p for package in ("facade", "cli", "demo") for p in (ROOT / package).rglob("*.py")],
+    ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_only_the_partition_state_changes_a_subscribers_consumer(path: Path) -> None:
     """``PartitionState`` is the one writer of a subscriber's partitions and the one caller of

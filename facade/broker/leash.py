@@ -14,8 +14,10 @@ child: a node restarted from a worker thread would die when that thread ends.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
+import weakref
 
 __all__ = ["Leash"]
 
@@ -30,6 +32,19 @@ if sys.stdin.buffer.read(1) != b"q":
 """
 
 
+#: Every leash of this process, so that a child forked without exec closes their pipes (or it
+#: would hold them open, and a dead owner's watcher would never see the end).
+_LEASHES: weakref.WeakSet[Leash] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    for leash in list(_LEASHES):
+        leash.forget()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
 class Leash:
     """Kills process group ``pgid`` (a child started with ``start_new_session=True``: its pid)
     when this process dies, unless ``release``d first.
@@ -41,12 +56,22 @@ class Leash:
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
         self._watcher: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-c", _WATCHER, str(pgid)],
+            # Isolated, no site: no file of the working directory or .pth hook runs in it.
+            [sys.executable, "-I", "-S", "-c", _WATCHER, str(pgid)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C meant for this program is not meant for it
         )
+        _LEASHES.add(self)
+
+    def forget(self) -> None:
+        """In a forked child: close this process's end of the pipe without a word (the
+        parent still holds its own)."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and watcher.stdin is not None:
+            with contextlib.suppress(OSError):
+                os.close(watcher.stdin.fileno())
 
     def release(self) -> None:
         """Let the group live on without the watcher (call it once the child has exited, or

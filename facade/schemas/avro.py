@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from io import BytesIO
 from typing import Any
 
+from fastavro import parse_schema
+from fastavro.schema import UnknownType
+
 from bolide.facade.errors import SerializationError
 from bolide.facade.schemas.avro_codec import (
     READ_OPTIONS,
@@ -28,7 +31,7 @@ from bolide.facade.schemas.avro_codec import (
 from bolide.facade.schemas.avro_compat import load_schema, reader_incompatibilities
 from bolide.facade.schemas.base import SchemaSerde, default_registry
 from bolide.facade.schemas.framing import MAGIC_BYTE, PREFIX, decode_failure, split_header
-from bolide.facade.schemas.registry import Schema, schema_fingerprint, schema_text
+from bolide.facade.schemas.registry import Schema, resolve_named, schema_fingerprint, schema_text
 
 __all__ = ["MAGIC_BYTE", "AvroSerde", "default_registry", "split_header"]
 
@@ -194,25 +197,58 @@ class AvroSerde(SchemaSerde):
     ) -> tuple[_Prepared, str | None]:
         schema = self.fetch_schema(schema_id, stream, partition, offset)
         if schema.schema_type != "AVRO":
-            entry: tuple[_Prepared, str | None] = (
-                (None, {}, None),
-                f"schema id {schema_id} is a {schema.schema_type} schema, not AVRO",
+            return self._remember(
+                schema_id, f"schema id {schema_id} is a {schema.schema_type} schema, not AVRO"
             )
-            self._writers[schema_id] = entry
-            return entry
         text = schema.text
-        writer, writer_named = prepare(load_schema(text))
+        try:
+            writer, writer_named = self._prepare_writer(schema)
+        except SerializationError as exc:
+            if exc.retriable:  # the registry is away: ask again, never cache it
+                raise
+            return self._remember(schema_id, f"schema id {schema_id} does not resolve: {exc}")
+        except Exception as exc:  # fastavro refused it: a permanent failure, typed
+            reason = f"schema id {schema_id} is not usable Avro: {type(exc).__name__}: {exc}"
+            return self._remember(schema_id, reason)
         named: dict[str, Any] = {"writer": writer_named, "reader": {}}
         reader, error = None, None
-        if self._reader is not None and self.reader_schema is not None:
+        if self._reader is not None and self.reader_schema is not None and schema.references:
+            error = (
+                f"schema id {schema_id} references other subjects: read it without a reader schema"
+            )
+        elif self._reader is not None and self.reader_schema is not None:
             reasons = reader_incompatibilities(self.reader_schema, text)
             if reasons:
                 error = f"reader schema cannot read schema id {schema_id}: " + "; ".join(reasons)
             elif schema_fingerprint(text) != schema_fingerprint(self.reader_schema):
                 reader, named["reader"] = self._reader
-        entry = ((writer, named, reader), error)
+        entry: tuple[_Prepared, str | None] = ((writer, named, reader), error)
         self._writers[schema_id] = entry
         return entry
+
+    def _remember(self, schema_id: int, error: str) -> tuple[_Prepared, str | None]:
+        entry: tuple[_Prepared, str | None] = ((None, {}, None), error)
+        self._writers[schema_id] = entry
+        return entry
+
+    def _prepare_writer(self, schema: Schema) -> tuple[Any, dict[str, Any]]:
+        """The writer schema parsed, the named types of the schemas it references (Confluent's
+        Avro references: other subjects' records, enums and fixed types) known first."""
+        if not schema.references:
+            return prepare(load_schema(schema.text))
+        referenced = list(resolve_named(schema.references, self._typed_registry().version).values())
+        named: dict[str, Any] = {}
+        for _ in range(len(referenced)):  # a referenced type may use another: parse until done
+            waiting = []
+            for one in referenced:
+                try:
+                    parse_schema(load_schema(one.text), named)
+                except UnknownType:
+                    waiting.append(one)
+            if not waiting:
+                break
+            referenced = waiting
+        return parse_schema(load_schema(schema.text), named), named
 
     def __repr__(self) -> str:
         subject = f", subject={self.subject!r}" if self.subject else ""

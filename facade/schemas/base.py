@@ -11,16 +11,16 @@ import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from bolide.facade.errors import SchemaNotFoundError, SerializationError
+from bolide.facade.errors import SerializationError
 from bolide.facade.ports import SCHEMA_REGISTRIES, Schema, TypedSchemaRegistry, open_plugin
 from bolide.facade.record import Record
 from bolide.facade.schemas.framing import (
     PREFIX,
     VALUE_SCHEMA_ID_HEADER,
     SchemaRef,
-    decode_failure,
     encode_indexes,
     header_value,
+    placed,
     read_header,
     read_prefix,
 )
@@ -75,12 +75,12 @@ def as_registry(registry: Any) -> SchemaRegistry:
 
 
 def _header(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes | None:
-    """The value of the last ``__value_schema_id`` header, if any."""
-    found = None
+    """The value of the first ``__value_schema_id`` header, if any (as confluent-kafka's
+    ``dual_schema_id_deserializer`` reads it)."""
     for name, value in headers or ():
         if name == VALUE_SCHEMA_ID_HEADER and value is not None:
-            found = value
-    return found
+            return value
+    return None
 
 
 def header_schema_id(
@@ -248,6 +248,29 @@ class SchemaSerde:
 
     # -- reading the framing ------------------------------------------------------------------
 
+    def decode(
+        self,
+        data: bytes,
+        *,
+        stream: str,
+        partition: int | None = None,
+        offset: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> Any:
+        """Decode one payload (each format's)."""
+        raise NotImplementedError
+
+    def decode_record(self, record: Record, stream: str) -> Any:
+        """``record``'s value, its schema id in its headers or its payload
+        (``RecordDecoder``)."""
+        return self.decode(
+            record.data,  # type: ignore[arg-type]  # tombstones are never decoded
+            stream=stream,
+            partition=record.partition,
+            offset=record.offset,
+            headers=record.headers,
+        )
+
     def locate(
         self,
         data: bytes,
@@ -270,17 +293,8 @@ class SchemaSerde:
                 subject = self._reading_subject(stream)
                 return self._typed_registry().id_of_guid(ref.guid, subject), ref
             ref = self._read_prefix(data)
-        except SchemaNotFoundError as exc:
-            raise SchemaNotFoundError(
-                str(decode_failure(str(exc), stream, partition, offset)),
-                stream=stream,
-                partition=partition,
-                offset=offset,
-            ) from exc
         except SerializationError as exc:
-            failure = decode_failure(str(exc), stream, partition, offset)
-            failure.retriable = exc.retriable
-            raise failure from exc
+            raise placed(exc, stream, partition, offset) from exc
         assert ref.schema_id is not None
         return ref.schema_id, ref
 
@@ -339,18 +353,5 @@ class SchemaSerde:
             if isinstance(registry, TypedSchemaRegistry):
                 return registry.schema(schema_id)
             return Schema(registry.get_schema(schema_id), self.schema_type)
-        except SchemaNotFoundError as exc:
-            raise SchemaNotFoundError(
-                str(
-                    decode_failure(
-                        f"schema id {schema_id} is not registered", stream, partition, offset
-                    )
-                ),
-                stream=stream,
-                partition=partition,
-                offset=offset,
-            ) from exc
-        except SerializationError as exc:  # the registry failed: maybe retriable
-            failure = decode_failure(str(exc), stream, partition, offset)
-            failure.retriable = exc.retriable
-            raise failure from exc
+        except SerializationError as exc:  # unknown (SchemaNotFoundError), or maybe retriable
+            raise placed(exc, stream, partition, offset) from exc

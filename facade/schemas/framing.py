@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bolide.facade.errors import SerializationError
+from bolide.facade.errors import SchemaNotFoundError, SerializationError
 
 __all__ = [
     "KEY_SCHEMA_ID_HEADER",
@@ -28,6 +28,7 @@ __all__ = [
     "decode_failure",
     "encode_indexes",
     "header_value",
+    "placed",
     "read_header",
     "read_prefix",
     "split_header",
@@ -63,6 +64,19 @@ def decode_failure(
         partition=partition,
         offset=offset,
     )
+
+
+def placed(
+    error: SerializationError, stream: str | None, partition: int | None, offset: int | None
+) -> SerializationError:
+    """``error`` again, naming the record's place, of the same kind (``SchemaNotFoundError``
+    stays one) and as retriable."""
+    message = str(decode_failure(str(error), stream, partition, offset))
+    if isinstance(error, SchemaNotFoundError):
+        return SchemaNotFoundError(message, stream=stream, partition=partition, offset=offset)
+    again = SerializationError(message, stream=stream, partition=partition, offset=offset)
+    again.retriable = error.retriable
+    return again
 
 
 def split_header(data: bytes) -> int:
@@ -125,6 +139,8 @@ def _read_indexes(data: bytes, at: int) -> tuple[tuple[int, ...], int]:
     indexes = []
     for _ in range(count):
         index, at = _read_varint(data, at)
+        if index < 0:
+            raise SerializationError(f"invalid message index {index}")
         indexes.append(index)
     return tuple(indexes), at
 

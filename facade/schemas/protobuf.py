@@ -246,6 +246,10 @@ class ProtobufSerde(SchemaSerde):
             return None, f"schema id {schema_id} is a {schema.schema_type} schema, not PROTOBUF"
         try:
             descriptor = _writer_descriptor(self._typed_registry(), schema, indexes)
+        except SerializationError as exc:
+            if exc.retriable:  # the registry is away: ask again, never cache it
+                raise
+            return None, f"schema id {schema_id} does not resolve: {exc}"
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             return None, f"schema id {schema_id} does not resolve: {exc}"
         if self.message_class is None:
@@ -305,12 +309,22 @@ def _version_of(registry: Any, subject: str, schema_id: int) -> int:
     raise SerializationError(f"subject {subject!r} holds no version of schema id {schema_id}")
 
 
+def _builtin_module(name: str) -> str:
+    """The module that ships a file every reader knows: protobuf's well-known types
+    (``google/protobuf``), Google's common types (``google/type``, googleapis-common-protos)
+    and confluent-kafka's own (``confluent/``), as confluent-kafka's readers find them."""
+    dotted = name.removesuffix(".proto").replace("/", ".") + "_pb2"
+    return f"confluent_kafka.schema_registry.{dotted}" if name.startswith("confluent/") else dotted
+
+
 def _add_builtin(pool: Any, name: str) -> None:
-    module = "google.protobuf." + name.rsplit("/", 1)[-1].removesuffix(".proto") + "_pb2"
     try:
-        file = importlib.import_module(module).DESCRIPTOR
+        file = importlib.import_module(_builtin_module(name)).DESCRIPTOR
     except ImportError as exc:
-        raise ValueError(f"{name} is not a file this protobuf runtime ships") from exc
+        raise ValueError(
+            f"{name} is not a file this Python environment ships (google/type needs "
+            "googleapis-common-protos, confluent/ needs confluent-kafka's schema registry)"
+        ) from exc
     _add_file(pool, file.serialized_pb, name)
 
 

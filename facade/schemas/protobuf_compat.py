@@ -11,9 +11,12 @@ is what Confluent Schema Registry's Protobuf checker refuses:
 * a ``required`` field (proto2) added or removed;
 * two or more existing fields moved into one ``oneof``.
 
-Added and removed optional fields, renamed fields, new messages and new enum values are all
-readable both ways. The check is the same in both directions, so BACKWARD, FORWARD and FULL
-differ only in which versions they compare against.
+Added and removed optional fields, renamed fields and new enum values are readable both ways;
+a ``string`` or ``bytes`` field may also become repeated or stop being (the wire is the same).
+Map fields compare by their key and value types (their synthetic entry messages are not
+messages of the schema). BACKWARD asks whether the new file reads the old one's data, FORWARD
+the reverse: so a message added passes BACKWARD and, as in Confluent, fails FORWARD (to the
+old file it is a message removed).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def _messages(proto: Any) -> dict[str, Any]:
 
     def walk(prefix: str, messages: Any) -> None:
         for message in messages:
+            if message.options.map_entry:
+                continue  # a map field's entry: compared with its field
             name = f"{prefix}.{message.name}" if prefix else message.name
             found[name] = message
             walk(name, message.nested_type)
@@ -69,11 +74,16 @@ def _messages(proto: Any) -> dict[str, Any]:
     return found
 
 
-def _kind(field: Any) -> tuple[str, str]:
-    """``("scalar", type)``, ``("message", name)`` or ``("enum", name)`` of a field."""
+def _kind(field: Any, entries: dict[str, Any]) -> tuple[str, str]:
+    """``("scalar", type)``, ``("message", name)``, ``("enum", name)`` or, for a map field
+    (``entries``: its message's map entry types by full name), ``("map", "key -> value")``."""
     from google.protobuf import descriptor_pb2
 
     fdp = descriptor_pb2.FieldDescriptorProto
+    entry = entries.get(field.type_name.lstrip("."))
+    if entry is not None:
+        key, value = (_kind(f, entries) for f in sorted(entry.field, key=lambda f: f.number))
+        return "map", f"{key[1]} -> {value[1]}"
     if field.type in (fdp.TYPE_MESSAGE, fdp.TYPE_GROUP):
         return "message", field.type_name.lstrip(".")
     if field.type == fdp.TYPE_ENUM:
@@ -85,10 +95,16 @@ def _scalars_agree(a: str, b: str) -> bool:
     return a == b or any(a in group and b in group for group in _GROUPS)
 
 
+def _entries(name: str, message: Any) -> dict[str, Any]:
+    """The map entry types nested in ``message`` (named ``name``), by full name."""
+    return {f"{name}.{n.name}": n for n in message.nested_type if n.options.map_entry}
+
+
 def _field_changes(name: str, reader: Any, writer: Any) -> Iterator[str]:
     from google.protobuf import descriptor_pb2
 
     labels = descriptor_pb2.FieldDescriptorProto
+    entries = {**_entries(name, writer), **_entries(name, reader)}
     old = {f.number: f for f in writer.field}
     new = {f.number: f for f in reader.field}
     for number in sorted(old.keys() | new.keys()):
@@ -101,14 +117,16 @@ def _field_changes(name: str, reader: Any, writer: Any) -> Iterator[str]:
                 verb = "added" if was is None else "removed"
                 yield f"{where} ({present.name}): a required field {verb}"
             continue
-        (kind_was, type_was), (kind_now, type_now) = _kind(was), _kind(now)
+        (kind_was, type_was), (kind_now, type_now) = _kind(was, entries), _kind(now, entries)
         if kind_was != kind_now:
             yield f"{where} ({now.name}): {kind_was} {type_was} became {kind_now} {type_now}"
         elif kind_now == "scalar" and not _scalars_agree(type_was, type_now):
             yield f"{where} ({now.name}): {type_was} cannot be read as {type_now}"
         elif kind_now != "scalar" and type_was != type_now:
             yield f"{where} ({now.name}): {kind_now} type {type_was} became {type_now}"
-        if (was.label == labels.LABEL_REPEATED) != (now.label == labels.LABEL_REPEATED):
+        textual = {type_was, type_now} <= {"string", "bytes"}  # one wire form either way
+        repeated = (was.label == labels.LABEL_REPEATED) != (now.label == labels.LABEL_REPEATED)
+        if repeated and not textual and kind_now != "map":
             yield f"{where} ({now.name}): changed between repeated and singular"
     yield from _oneof_moves(name, reader, old)
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from bolide.facade.errors import SerializationError
 from bolide.facade.ports import Schema, TypedSchemaRegistry
+from bolide.facade.record import Record
 from bolide.facade.schemas.avro import AvroSerde
 from bolide.facade.schemas.base import as_registry, header_schema_id
-from bolide.facade.schemas.framing import decode_failure, split_header
+from bolide.facade.schemas.framing import placed, split_header
 from bolide.facade.schemas.json_schema import JsonSchemaSerde
 from bolide.facade.schemas.protobuf import ProtobufSerde
 
@@ -52,12 +53,22 @@ class SchemaReader:
             if schema_id is None:
                 schema_id = split_header(data)
         except SerializationError as exc:
-            raise decode_failure(str(exc), stream, partition, offset) from exc
+            raise placed(exc, stream, partition, offset) from exc
         serde = self._serdes.get(schema_id) or self._serde(schema_id, stream, partition, offset)
         value = serde.decode(
             data, stream=stream, partition=partition, offset=offset, headers=headers
         )
         return serde.plain(value)
+
+    def decode_record(self, record: Record, stream: str) -> Any:
+        """``record``'s plain value (``RecordDecoder``: its headers are read too)."""
+        return self.decode(
+            record.data,  # type: ignore[arg-type]  # tombstones are never decoded
+            stream=stream,
+            partition=record.partition,
+            offset=record.offset,
+            headers=record.headers,
+        )
 
     def _serde(self, schema_id: int, stream: str, partition: int | None, offset: int | None) -> Any:
         registry = self.registry
@@ -67,7 +78,14 @@ class SchemaReader:
             else:
                 schema = Schema(registry.get_schema(schema_id))
         except SerializationError as exc:
-            raise decode_failure(str(exc), stream, partition, offset) from exc
+            raise placed(exc, stream, partition, offset) from exc
+        try:
+            return self._build(schema_id, schema)
+        except SerializationError as exc:  # a schema no serde takes
+            raise placed(exc, stream, partition, offset) from exc
+
+    def _build(self, schema_id: int, schema: Schema) -> Any:
+        registry = self.registry
         with self._lock:
             serde: Any
             if schema.schema_type == "PROTOBUF":
@@ -78,7 +96,7 @@ class SchemaReader:
                 serde = JsonSchemaSerde(
                     schema.text, registry=registry, references=schema.references
                 )
-            else:
-                serde = AvroSerde(schema.text, registry=registry)
+            else:  # its own schema is never used: each writer's comes from the registry
+                serde = AvroSerde('"null"', registry=registry)
             self._serdes[schema_id] = serde
         return serde

@@ -463,6 +463,8 @@ class ConfluentSchemaRegistry:
             if exc.http_status_code == 404:
                 raise SchemaNotFoundError(f"subject {subject!r} has no version {version}") from exc
             raise self._error(exc, f"reading {subject!r} version {version}") from exc
+        except Exception as exc:  # the transport: maybe retriable
+            raise self._error(exc, f"reading {subject!r} version {version}") from exc
 
     def guid(self, schema_id: int) -> str:
         """See ``TypedSchemaRegistry.guid``: the server's, learnt when this object registered
@@ -496,6 +498,8 @@ class ConfluentSchemaRegistry:
                     f"schema GUID {guid} is not registered under {subject!r}"
                 ) from exc
             raise self._error(exc, f"fetching schema GUID {guid}") from exc
+        except Exception as exc:  # the transport: maybe retriable
+            raise self._error(exc, f"fetching schema GUID {guid}") from exc
         self._ids[guid] = schema_id
         self._guids[schema_id] = guid
         return schema_id
@@ -509,6 +513,8 @@ class ConfluentSchemaRegistry:
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 return None
+            raise self._error(exc, f"reading subject {subject!r}") from exc
+        except Exception as exc:  # the transport: maybe retriable
             raise self._error(exc, f"reading subject {subject!r}") from exc
         return _registered(subject, found)
 

@@ -155,6 +155,7 @@ class StandaloneCluster:
     def restart_worker(self, n: int, timeout_s: float = 180.0) -> None:
         """Start worker ``n`` again (after ``kill_worker``); wait until the master counts
         every worker alive."""
+        self._unleash(self.workers[n])  # a worker that died by itself kept its watcher
         self.workers[n] = self._worker(n)
         self.wait_workers(len(self.workers), timeout_s)
 
@@ -210,4 +211,6 @@ class StandaloneCluster:
         for process in [*self.workers, self.master]:
             if process is not None:
                 stop_process(process, 30)
+                with contextlib.suppress(ProcessLookupError):  # executors left behind
+                    os.killpg(process.pid, signal.SIGKILL)
                 self._unleash(process)
