@@ -229,3 +229,37 @@ def test_a_registry_server_refuses_a_json_schema_change_its_level_forbids(conflu
     with pytest.raises(SchemaIncompatibleError):
         confluent.register("j-value", Schema(json.dumps(narrowed), "JSON"))
     assert confluent.latest("j-value").version == 1
+
+
+def with_map(value_type: int) -> Any:
+    def edit(message: Any, file: Any) -> None:
+        entry = message.nested_type.add(name="AttrsEntry")
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=1)
+        entry.field.add(name="value", number=2, type=value_type, label=1)
+        message.field.add(
+            name="attrs",
+            number=20,
+            type=F.TYPE_MESSAGE,
+            type_name=".shop.Order.AttrsEntry",
+            label=3,
+        )
+
+    return edit
+
+
+def test_map_fields_compare_by_key_and_value() -> None:
+    strings = proto_text(with_map(F.TYPE_STRING))
+    assert protobuf_incompatibilities(strings, BASE) == []  # added
+    assert protobuf_incompatibilities(BASE, strings) == []  # removed
+    numbers = proto_text(with_map(F.TYPE_INT64))
+    assert protobuf_incompatibilities(numbers, strings) == [
+        "shop.Order field 20 (attrs): map string -> string became map string -> int64"
+    ]
+
+
+def test_a_string_field_may_become_repeated() -> None:
+    def repeat(message: Any, file: Any) -> None:
+        field(message, 1).label = F.LABEL_REPEATED
+
+    assert protobuf_incompatibilities(proto_text(repeat), BASE) == []

@@ -196,3 +196,36 @@ def test_the_subject_name_strategies() -> None:
         ProtobufSerde(Order, subject_name_strategy="topic")
     both.encode(Line(sku="x"), stream="s")
     assert registry.latest("s-shop.Order.Line") is not None
+
+
+def test_imports_of_google_and_confluent_types_resolve_on_decode() -> None:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.type import date_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(date_pb2.DESCRIPTOR.serialized_pb)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="shop/shipping.proto",
+        package="shop",
+        syntax="proto3",
+        dependency=["google/type/date.proto"],
+    )
+    shipping = file.message_type.add(name="Shipping")
+    shipping.field.add(name="on", number=1, type=11, type_name=".google.type.Date", label=1)
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Shipping"))
+    registry = MemorySchemaRegistry()
+    message = cls()
+    message.on.year, message.on.month, message.on.day = 2026, 11, 29
+    payload = ProtobufSerde(cls, registry=registry).encode(message, stream="s")
+    assert ProtobufSerde(cls, registry=registry).decode(payload, stream="s") == message
+    generic = ProtobufSerde(registry=registry).decode(payload, stream="s")
+    assert generic.on.year == 2026
+    assert registry.latest("google/type/date.proto") is None  # known to every reader
+
+
+def test_a_negative_message_index_is_refused(confluent: ConfluentSchemaRegistry) -> None:
+    payload = ProtobufSerde(Order, registry=confluent).encode(make_order(1), stream="t")
+    forged = payload[:5] + b"\x02\x01" + payload[6:]  # one index, zigzag -1
+    with pytest.raises(SerializationError, match="invalid message index -1"):
+        ProtobufSerde(Order, registry=confluent).decode(forged, stream="t")
