@@ -104,7 +104,7 @@ def _field_changes(name: str, reader: Any, writer: Any) -> Iterator[str]:
     from google.protobuf import descriptor_pb2
 
     labels = descriptor_pb2.FieldDescriptorProto
-    entries = {**_entries(name, writer), **_entries(name, reader)}
+    old_entries, new_entries = _entries(name, writer), _entries(name, reader)
     old = {f.number: f for f in writer.field}
     new = {f.number: f for f in reader.field}
     for number in sorted(old.keys() | new.keys()):
@@ -117,7 +117,8 @@ def _field_changes(name: str, reader: Any, writer: Any) -> Iterator[str]:
                 verb = "added" if was is None else "removed"
                 yield f"{where} ({present.name}): a required field {verb}"
             continue
-        (kind_was, type_was), (kind_now, type_now) = _kind(was, entries), _kind(now, entries)
+        (kind_was, type_was) = _kind(was, old_entries)
+        (kind_now, type_now) = _kind(now, new_entries)
         if kind_was != kind_now:
             yield f"{where} ({now.name}): {kind_was} {type_was} became {kind_now} {type_now}"
         elif kind_now == "scalar" and not _scalars_agree(type_was, type_now):

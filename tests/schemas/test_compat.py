@@ -51,7 +51,7 @@ INCOMPATIBLE_PROTO = {
         field(m, 3), "type_name", ".shop.Order.Line"
     ),
     "changed between repeated and singular": lambda m, f: setattr(
-        field(m, 5), "label", F.LABEL_OPTIONAL
+        field(m, 2), "label", F.LABEL_REPEATED
     ),
     "message shop.Order.Line removed": lambda m, f: m.ClearField("nested_type"),
     "package 'shop' became 'store'": lambda m, f: setattr(f, "package", "store"),
@@ -254,7 +254,7 @@ def test_map_fields_compare_by_key_and_value() -> None:
     assert protobuf_incompatibilities(BASE, strings) == []  # removed
     numbers = proto_text(with_map(F.TYPE_INT64))
     assert protobuf_incompatibilities(numbers, strings) == [
-        "shop.Order field 20 (attrs): map string -> string became map string -> int64"
+        "shop.Order field 20 (attrs): map type string -> string became string -> int64"
     ]
 
 
