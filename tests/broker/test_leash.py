@@ -53,18 +53,24 @@ def owner(script: str, *args: str) -> tuple[subprocess.Popen[str], int]:
     return process, int(line.split()[0])
 
 
+def kill(process: subprocess.Popen[str]) -> None:
+    """SIGKILL the owner (no clean-up of its own runs), reap it, close our end of its pipe."""
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.stdout is not None
+    process.stdout.close()
+
+
 def test_the_child_dies_with_its_killed_owner() -> None:
     process, child = owner(OWNER, "keep")
     assert alive(child)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill(process)
     eventually(lambda: not alive(child), 30)
 
 
 def test_a_released_child_outlives_its_owner() -> None:
     process, child = owner(OWNER, "release")
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill(process)
     time.sleep(1)
     try:
         assert alive(child)
@@ -90,6 +96,5 @@ def test_a_killed_program_leaves_no_kafka_node(tmp_path: Path) -> None:
         pytest.skip("needs Java and the Kafka jars (bolide fetch kafka)")
     process, node = owner(BROKER_OWNER, str(tmp_path / "kafka.log"))
     assert alive(node)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill(process)
     eventually(lambda: not alive(node), 60)
