@@ -227,7 +227,11 @@ class PartitionState:
         return last + 1 > self._confirmed.get(partition, 0)
 
     def take(self, partitions: Iterable[int]) -> None:
-        """The group assigned exactly ``partitions`` (a group member's rebalance)."""
+        """The group assigned exactly ``partitions`` (a group member's rebalance).
+
+        Caller: ``Lease`` (the assigned callback). Affects: the held set; each partition
+        newly held gets a fresh epoch (reads of an earlier holding are told apart).
+        """
         parts = set(partitions)
         self._assigned.intersection_update(parts)
         for p in parts - self._assigned:
@@ -238,7 +242,12 @@ class PartitionState:
         """Give up ``partitions`` (revoked or lost, or every one when the lease expired),
         keeping the others; returns those that were held. Their holds go too (a rebalance
         forgets a moved partition's pause; ``Holds.reapply`` resumes a partition handed
-        straight back, whose pause librdkafka keeps)."""
+        straight back, whose pause librdkafka keeps).
+
+        Caller: ``Lease.lose`` (revoked, lost, deactivated, expired, a static member leaving).
+        Affects: the held set, the partitions' epochs and ledgers, their confirmed reads and
+        their holds.
+        """
         parts = frozenset(partitions)
         held = frozenset(self._assigned & parts)
         self._assigned -= parts
@@ -263,7 +272,11 @@ class PartitionState:
 
     def assign(self, assignment: list[TopicPartition]) -> None:
         """Assign the consumer ``assignment`` (topic partitions at their offsets); under an
-        incremental protocol, only those partitions, the consumer's others untouched."""
+        incremental protocol, only those partitions, the consumer's others untouched.
+
+        Caller: ``Positions`` (an ungrouped start, a member positioned on assignment).
+        Affects: the consumer's assignment and fetch positions.
+        """
         if not self.incremental:
             self._consumer.assign(assignment)
             return
@@ -275,7 +288,11 @@ class PartitionState:
 
     def unassign(self, partitions: Iterable[int] | None = None) -> None:
         """The consumer lets go of its assignment (a revocation handled); under an
-        incremental protocol, of ``partitions`` only (``None``: all it has)."""
+        incremental protocol, of ``partitions`` only (``None``: all it has).
+
+        Caller: ``Lease`` (revoked and lost callbacks, a static member leaving).
+        Affects: the consumer's assignment.
+        """
         if not self.incremental:
             self._consumer.unassign()
             return
@@ -287,7 +304,12 @@ class PartitionState:
             self._consumer.incremental_unassign(held)
 
     def seek(self, partition: int, offset: int) -> None:
-        """The consumer fetches ``partition`` from ``offset``."""
+        """The consumer fetches ``partition`` from ``offset``.
+
+        Caller: ``Positions`` (seek, resume) and the fetcher (moving a partition on).
+        Affects: the consumer's fetch position of ``partition`` (records fetched before are
+        not delivered).
+        """
         self._consumer.seek(TopicPartition(self.topic, partition, offset))
 
     def commit(self, offsets: list[TopicPartition], *, asynchronous: bool) -> None:

@@ -58,13 +58,21 @@ class ArchiveOffsets:
 
     def archived(self, consumer: Consumer, nexts: dict[TP, int]) -> None:
         """A batch is in the database: commit its offsets asynchronously (a crash before they
-        land re-reads rows that are already stored, and inserts are idempotent), then trim."""
+        land re-reads rows that are already stored, and inserts are idempotent), then trim.
+
+        Caller: ``Archiver`` once a batch's transaction committed. Affects: the group's
+        committed offsets, the offsets still to settle, the log trimmed under a capacity.
+        """
         consumer.commit(offsets=self._topic_partitions(nexts))
         self._unsettled.update(nexts)
         self._trim(consumer, nexts)
 
     def forget(self, streams: list[str]) -> None:
-        """``streams``' topics were replaced: nothing of the old ones is committed or kept."""
+        """``streams``' topics were replaced: nothing of the old ones is committed or kept.
+
+        Caller: ``Archiver`` on a recreated topic, and ``restart``. Affects: the offsets to
+        settle and the trimmed marks of those topics, dropped.
+        """
         gone = set(streams)
         for table in (self._unsettled, self._trimmed):
             for tp in [tp for tp in table if tp[0] in gone]:
@@ -72,13 +80,20 @@ class ArchiveOffsets:
 
     def restart(self, consumer: Consumer, starts: dict[TP, int]) -> None:
         """Commit ``starts`` (a recreated topic's log starts), so that the group reads the new
-        topic from there whatever the old one's members committed last."""
+        topic from there whatever the old one's members committed last.
+
+        Caller: ``Archiver`` on a recreated topic. Affects: the group's committed offsets.
+        """
         self.forget(sorted({t for t, _ in starts}))
         if starts:
             self._commit(consumer, starts)
 
     def settle(self, consumer: Consumer) -> None:
-        """Commit the latest archived offsets synchronously (on catching up and on stop)."""
+        """Commit the latest archived offsets synchronously (on catching up and on stop).
+
+        Caller: ``Archiver`` (caught up, stopping, before a rebalance gives partitions up).
+        Affects: the group's committed offsets; nothing is left to settle.
+        """
         if self._unsettled:
             unsettled, self._unsettled = self._unsettled, {}
             self._commit(consumer, unsettled)
