@@ -15,7 +15,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,9 @@ from bolide.cli.common import (
 from bolide.facade.errors import SerializationError
 from bolide.facade.ops.text import render_bytes
 from bolide.facade.ports import decode_with
+
+#: How a record's value is decoded (``decode_with``).
+Decode = Callable[[Any, str], Any]
 
 if TYPE_CHECKING:
     from bolide.facade.config import Cluster
@@ -339,6 +342,7 @@ def _tail(args: argparse.Namespace) -> int:
     when = _check_tail_args(args)
     cluster = cluster_from_args(args)
     serde = _serde(args) or _reader(args)
+    decode = None if serde is None else decode_with(serde)  # chosen once, not per record
     stream = _stream(args, cluster, None, create=False)
     count = stream.partitions or 1
     if args.partition is not None and args.partition >= count:
@@ -362,7 +366,7 @@ def _tail(args: argparse.Namespace) -> int:
             starts or ("the group's confirmed offsets" if args.group else "the end"),
             f" to {ends}" if ends else "",
         )
-        return _print_records(args, sub, serde, starts, ends)
+        return _print_records(args, sub, decode, starts, ends)
 
 
 def _check_tail_args(args: argparse.Namespace) -> int | None:
@@ -450,7 +454,7 @@ def _tail_bounds(
 def _print_records(
     args: argparse.Namespace,
     sub: Any,
-    serde: Any,
+    decode: Decode | None,
     positions: dict[int, int],
     ends: dict[int, int],
 ) -> int:
@@ -465,7 +469,7 @@ def _print_records(
                 continue
             positions[record.partition] = record.offset + 1
             print(
-                _render(record, serde, as_json=args.json, delimiter=args.key_delimiter), flush=True
+                _render(record, decode, as_json=args.json, delimiter=args.key_delimiter), flush=True
             )
             shown[record.partition] = record.offset
             printed += 1
@@ -477,14 +481,16 @@ def _print_records(
     return 0
 
 
-def _render(record: Any, serde: Any, *, as_json: bool, delimiter: str | None = None) -> str:
+def _render(
+    record: Any, decode: Decode | None, *, as_json: bool, delimiter: str | None = None
+) -> str:
 
     value: Any
     if record.data is None:
         value = None  # a tombstone: printed as NULL, JSON null
-    elif serde is not None:
+    elif decode is not None:
         try:
-            value = decode_with(serde)(record, record.stream)
+            value = decode(record, record.stream)
         except SerializationError as exc:
             print(f"bolide tail: warning: {exc}", file=sys.stderr)
             value = render_bytes(record.data)

@@ -140,12 +140,15 @@ class AvroSerde(SchemaSerde):
                 the stream, partition and offset.
         """
         start = _HEADER_SIZE
-        try:
-            if headers:
-                raise KeyError  # the header framing may be in use: the slow path looks
-            writer, named, reader = self._ready[data[:_HEADER_SIZE]]
-        except (KeyError, TypeError):
-            (writer, named, reader), start = self._entry(data, headers, stream, partition, offset)
+        ready = None
+        if not headers:  # with headers the header framing may be in use: the slow path looks
+            try:
+                ready = self._ready.get(data[:_HEADER_SIZE])
+            except TypeError:  # not bytes: the slow path says what is wrong
+                ready = None
+        if ready is None:
+            ready, start = self._entry(data, headers, stream, partition, offset)
+        writer, named, reader = ready
         body = BytesIO(data)
         body.seek(start)
         try:

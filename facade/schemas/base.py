@@ -36,7 +36,9 @@ __all__ = [
     "SchemaSerde",
     "as_registry",
     "default_registry",
-    "header_schema_id",
+    "header_schema",
+    "registered_schema",
+    "typed",
 ]
 
 #: Confluent's subject name strategies, by the names its clients' settings use.
@@ -83,27 +85,53 @@ def _header(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes | None:
     return None
 
 
-def header_schema_id(
-    registry: SchemaRegistry,
-    headers: Sequence[tuple[str, bytes | None]] | None,
-    subject: str | None = None,
-) -> int | None:
-    """The schema id a ``__value_schema_id`` header names, if the record has one.
+def typed(registry: SchemaRegistry) -> TypedSchemaRegistry:
+    """``registry`` as one that keeps formats, references and GUIDs.
 
     Raises:
-        SerializationError: The header is malformed, or its GUID unknown (``SchemaNotFoundError``)
-            or not something ``registry`` can look up.
+        SerializationError: It keeps Avro text only (a third-party ``SchemaRegistry``).
+    """
+    if not isinstance(registry, TypedSchemaRegistry):
+        raise SerializationError(
+            f"{type(registry).__name__} keeps neither formats nor GUIDs: use "
+            "MemorySchemaRegistry, SqlSchemaRegistry or ConfluentSchemaRegistry"
+        )
+    return registry
+
+
+def header_schema(
+    registry: SchemaRegistry,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    subject: str | None,
+    *,
+    indexes: bool,
+) -> tuple[int, SchemaRef] | None:
+    """The schema id a ``__value_schema_id`` header names, and the header's framing (with
+    Protobuf message indexes if ``indexes``); ``None`` when the record has no such header.
+
+    Raises:
+        SerializationError: The header is malformed, its GUID unknown (``SchemaNotFoundError``)
+            or ``registry`` cannot look GUIDs up.
     """
     value = _header(headers)
     if value is None:
         return None
-    ref = read_header(value, indexes=False)
+    ref = read_header(value, indexes=indexes)
     assert ref.guid is not None
-    if not isinstance(registry, TypedSchemaRegistry):
-        raise SerializationError(
-            f"{type(registry).__name__} cannot look schema GUIDs up (the header framing)"
-        )
-    return registry.id_of_guid(ref.guid, subject)
+    return typed(registry).id_of_guid(ref.guid, subject), ref
+
+
+def registered_schema(registry: SchemaRegistry, schema_id: int, schema_type: str) -> Schema:
+    """The schema of ``schema_id``: with its format and references from a registry that keeps
+    them, else ``registry``'s text taken as ``schema_type``.
+
+    Raises:
+        SchemaNotFoundError: The id is unknown.
+        SerializationError: The registry failed (``retriable`` when it may pass).
+    """
+    if isinstance(registry, TypedSchemaRegistry):
+        return registry.schema(schema_id)
+    return Schema(registry.get_schema(schema_id), schema_type)
 
 
 class SchemaSerde:
@@ -209,12 +237,7 @@ class SchemaSerde:
         return found
 
     def _typed_registry(self) -> TypedSchemaRegistry:
-        if not isinstance(self.registry, TypedSchemaRegistry):
-            raise SerializationError(
-                f"{type(self.registry).__name__} keeps neither formats nor GUIDs: use "
-                "MemorySchemaRegistry, SqlSchemaRegistry or ConfluentSchemaRegistry"
-            )
-        return self.registry
+        return typed(self.registry)
 
     def framed_prefix(self, stream: str) -> bytes:
         """The prefix framing of ``stream``'s payloads (registering on first use), with the
@@ -286,12 +309,10 @@ class SchemaSerde:
                 names the record's place.
         """
         try:
-            value = _header(headers)
-            if value is not None:
-                ref = read_header(value, indexes=self._indexed)
-                assert ref.guid is not None
-                subject = self._reading_subject(stream)
-                return self._typed_registry().id_of_guid(ref.guid, subject), ref
+            subject = self._reading_subject(stream) if headers else None
+            found = header_schema(self.registry, headers, subject, indexes=self._indexed)
+            if found is not None:
+                return found
             ref = self._read_prefix(data)
         except SerializationError as exc:
             raise placed(exc, stream, partition, offset) from exc
@@ -349,9 +370,6 @@ class SchemaSerde:
             SerializationError: The registry failed (``retriable`` when it may pass).
         """
         try:
-            registry = self.registry
-            if isinstance(registry, TypedSchemaRegistry):
-                return registry.schema(schema_id)
-            return Schema(registry.get_schema(schema_id), self.schema_type)
+            return registered_schema(self.registry, schema_id, self.schema_type)
         except SerializationError as exc:  # unknown (SchemaNotFoundError), or maybe retriable
             raise placed(exc, stream, partition, offset) from exc

@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bolide.facade.errors import SerializationError
-from bolide.facade.ports import Schema, TypedSchemaRegistry
 from bolide.facade.record import Record
 from bolide.facade.schemas.avro import AvroSerde
-from bolide.facade.schemas.base import as_registry, header_schema_id
+from bolide.facade.schemas.base import as_registry, header_schema, registered_schema
 from bolide.facade.schemas.framing import placed, split_header
 from bolide.facade.schemas.json_schema import JsonSchemaSerde
 from bolide.facade.schemas.protobuf import ProtobufSerde
@@ -29,8 +28,8 @@ class SchemaReader:
 
     def __init__(self, registry: Any) -> None:
         self.registry = as_registry(registry)
-        self._serdes: dict[int, Any] = {}
-        self._protobuf: ProtobufSerde | None = None
+        self._serdes: dict[int, Any] = {}  # schema id -> the serde of its format
+        self._formats: dict[str, Any] = {}  # one serde per format: each decodes every id
         self._lock = threading.Lock()
 
     def decode(
@@ -49,9 +48,8 @@ class SchemaReader:
                 decode; naming the record's place.
         """
         try:
-            schema_id = header_schema_id(self.registry, headers, f"{stream}-value")
-            if schema_id is None:
-                schema_id = split_header(data)
+            found = header_schema(self.registry, headers, f"{stream}-value", indexes=False)
+            schema_id = found[0] if found is not None else split_header(data)
         except SerializationError as exc:
             raise placed(exc, stream, partition, offset) from exc
         serde = self._serdes.get(schema_id) or self._serde(schema_id, stream, partition, offset)
@@ -71,32 +69,23 @@ class SchemaReader:
         )
 
     def _serde(self, schema_id: int, stream: str, partition: int | None, offset: int | None) -> Any:
-        registry = self.registry
         try:
-            if isinstance(registry, TypedSchemaRegistry):
-                schema = registry.schema(schema_id)
-            else:
-                schema = Schema(registry.get_schema(schema_id))
+            kind = registered_schema(self.registry, schema_id, "AVRO").schema_type
         except SerializationError as exc:
             raise placed(exc, stream, partition, offset) from exc
-        try:
-            return self._build(schema_id, schema)
-        except SerializationError as exc:  # a schema no serde takes
-            raise placed(exc, stream, partition, offset) from exc
-
-    def _build(self, schema_id: int, schema: Schema) -> Any:
-        registry = self.registry
         with self._lock:
-            serde: Any
-            if schema.schema_type == "PROTOBUF":
-                if self._protobuf is None:
-                    self._protobuf = ProtobufSerde(registry=registry)
-                serde = self._protobuf
-            elif schema.schema_type == "JSON":
-                serde = JsonSchemaSerde(
-                    schema.text, registry=registry, references=schema.references
-                )
-            else:  # its own schema is never used: each writer's comes from the registry
-                serde = AvroSerde('"null"', registry=registry)
+            serde = self._formats.get(kind)
+            if serde is None:
+                serde = self._formats[kind] = _decoder(kind, self.registry)
             self._serdes[schema_id] = serde
         return serde
+
+
+def _decoder(kind: str, registry: Any) -> Any:
+    """A serde of format ``kind`` that only decodes: each payload's writer schema comes from
+    the registry by its id, never from the serde's own."""
+    if kind == "PROTOBUF":
+        return ProtobufSerde(registry=registry)
+    if kind == "JSON":
+        return JsonSchemaSerde(True, registry=registry)  # accepts anything; never encodes
+    return AvroSerde('"null"', registry=registry)
