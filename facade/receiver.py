@@ -141,7 +141,8 @@ class ReceiverHost(StreamReader, Protocol):
 
     def hold_parked(self, partitions: AbstractSet[int]) -> None:
         """Stop Kafka fetching held ``partitions``, keeping the lease: they have as many
-        records parked in retry tiers as the receiver keeps in memory."""
+        records parked in retry tiers as the receiver keeps in memory, or their tiers are
+        not read yet."""
         ...
 
     def release_parked(self, partitions: AbstractSet[int]) -> None:

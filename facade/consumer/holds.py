@@ -3,11 +3,11 @@
 Several parts of a subscriber stop Kafka fetching a partition for a while, each for its own
 reason: the history splice (records below Kafka's log start are read from the store first), a
 durable client's replay (live records held back until the replay ends), a parallel receiver's
-throttle (enough in flight) and its retry tiers (enough records parked), the application
-(``Subscriber.pause``), the shared fetch (the partition is read from the process's shared
-ring, not by this consumer) and a position store's claim that failed (nothing read there could
-be confirmed). A partition is paused while any reason holds it and resumed
-when the last one lets go, so no part resumes what another paused. A rebalance forgets the
+throttle (enough in flight) and its retry tiers (enough records parked, or their copies not
+read yet), the application (``Subscriber.pause``), the shared fetch (the partition is read
+from the process's shared ring, not by this consumer) and a position store's claim that failed
+(nothing read there could be confirmed). A partition is paused while any reason holds it and
+resumed when the last one lets go, so no part resumes what another paused. A rebalance forgets the
 pause of a partition it takes away (Kafka's rule): so does ``drop``. librdkafka, though, keeps
 the pause of a partition handed straight back to the same member, so after each assignment
 ``reapply`` pauses what is still held and resumes the rest.
@@ -21,7 +21,7 @@ from typing import Literal, TypeAlias
 __all__ = ["Holds", "Why"]
 
 #: Why a partition is held: the history splice, a durable replay, a receiver's throttle, its
-#: retry tiers' parked records, the application, the shared fetch, a failed claim.
+#: retry tiers (parked records, or a load), the application, the shared fetch, a failed claim.
 Why: TypeAlias = Literal["history", "replay", "throttle", "parked", "user", "shared", "claim"]
 _REASONS: tuple[Why, ...] = (
     "history", "replay", "throttle", "parked", "user", "shared", "claim"

@@ -227,7 +227,7 @@ class ReceiverSeat:
             self._holds.release(self._holds.holding("throttle"), "throttle")
 
     def hold_parked(self, partitions: AbstractSet[int]) -> None:
-        """Hold held ``partitions`` for the retry tiers' parked records."""
+        """Hold held ``partitions`` for the retry tiers (parked records, or a load)."""
         with self._lock:
             self._holds.hold(partitions & self._assigned, "parked")
 

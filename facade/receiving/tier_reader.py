@@ -2,13 +2,14 @@
 
 A consumer of its own, ``read_committed`` (a copy is there once its transaction committed,
 and never when its writer was fenced), assigned by hand the tier partitions of the source
-partitions held. When a member gets a partition, ``load`` reads its tiers' copies up to
-their log ends before any of the source's records is handled, skipping the copies confirmed
-as finished, so the keys parked before are parked again. The log end, not the last stable
-offset: a transaction the last owner left open may hold copies of a parked key, and the
-load waits until it ends (committed, or aborted by Kafka within its transaction timeout).
-A copy another writer made past what was loaded puts its partition behind the ``Fence``
-until this member proves its generation.
+partitions held. When a member gets a partition, ``load`` starts reading its tiers' copies,
+skipping the copies confirmed as finished, and ``settle`` tells when they are read up to their
+log ends: none of the source partition's records is handled before, so the keys parked before
+are parked again. The log end, not the last stable offset: a transaction the last owner left
+open may hold copies of a parked key, and the partition waits until it ends (committed, or
+aborted by Kafka within its transaction timeout) while the other partitions go on. A copy
+another writer made past what was loaded puts its partition behind the ``Fence`` until this
+member proves its generation.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class TierReader:
 
     Attributes:
         loaded: Source partitions whose tiers are read (from their load to their revoke).
+        loading: Those of ``loaded`` whose tiers are not read to their log ends yet, with
+            the tier partitions left and their ends.
         revokes: Revokes so far (a load that saw one meanwhile starts again).
     """
 
@@ -98,15 +101,15 @@ class TierReader:
         # tiers must not be loaded again meanwhile; a new assignment's are.
         self._revoked: dict[int, int | None] = {}
         self._after_read: dict[Point, int] = {}  # the positions after the last read (``positions``)
+        self.loading: dict[int, dict[tuple[str, int], int]] = {}
+        self._told: dict[int, float] = {}  # loading partition: when its wait is told (0: told)
 
-    def load(
-        self, serve: Callable[[], None], stop: threading.Event
-    ) -> dict[Point, tuple[int, str]] | None:
-        """Read the tiers of the partitions held but not loaded up to their ends; return
-        each new tier partition's confirmed point (position and metadata as found), or
-        ``None`` when a revoke came meanwhile (the next poll loads again). Each lookup waits
-        ``lookup_s`` at most and the consumer is served after it, so a slow broker costs a
-        retry, not the lease.
+    def load(self, serve: Callable[[], None]) -> dict[Point, tuple[int, str]] | None:
+        """Start reading the tiers of the partitions held but not loaded (``settle`` tells
+        when they are read to their ends); return each new tier partition's confirmed point
+        (position and metadata as found), or ``None`` when a revoke came meanwhile (the next
+        poll loads again). Each lookup waits ``lookup_s`` at most and the consumer is served
+        after it, so a slow broker costs a retry, not the lease.
 
         Raises:
             KafkaException: A lookup failed (tried again after a backoff).
@@ -147,37 +150,46 @@ class TierReader:
                 if high > tp.offset:
                     ends[key] = high
             self._consumer.incremental_assign(tps)
-        self.loaded.update(new)
-        for p in new:
-            self._revoked.pop(p, None)
-        self._read_to(ends, serve, stop)
-        self._shelf.release([p for p in new if not self._fence.holds(p)])
+            self.loaded.update(new)
+            told = time.monotonic() + self._lookup_s
+            for p in new:
+                self._revoked.pop(p, None)
+                self.loading[p] = {k: end for k, end in ends.items() if k[1] == p}
+                self._told[p] = told
+        self.settle()
         return points
 
-    def _read_to(
-        self, ends: dict[tuple[str, int], int], serve: Callable[[], None], stop: threading.Event
-    ) -> None:
-        """Read until every tier partition of ``ends`` reached its end (or went). A
-        ``read_committed`` consumer stops at a transaction still open: the wait is told
-        once, when it lasts longer than a lookup."""
-        told = time.monotonic() + self._lookup_s
-        while ends and not stop.is_set():
-            if told and time.monotonic() > told:
-                told = 0.0
-                log.info(
-                    "retry tiers: loading %s waits for a transaction still open (a last "
-                    "owner's, ended by Kafka within its transaction timeout at most)",
-                    ", ".join(f"{t}[{p}]" for t, p in sorted(ends)),
-                )
-            if not self.read():
-                stop.wait(READ_S)
-            with self.lock:  # what was consumed is on the shelf: ``read`` holds it
-                at = self._consumer.position([TopicPartition(t, p) for t, p in ends])
-            for tp in at:
-                key = (tp.topic, tp.partition)
-                if tp.offset >= ends[key] or tp.partition not in self.loaded:
-                    del ends[key]  # read to the end, or revoked meanwhile
-            serve()
+    def settle(self) -> set[int]:
+        """Let the copies of the partitions whose tiers are now read to their log ends run
+        (the shelf's release; the fence keeps a hold of its own); return those still
+        loading. Reads the reader's positions after its last read, not the consumer under
+        the lock, which the reader's thread takes again as soon as it lets go. A
+        ``read_committed`` consumer stops at a transaction still open: a wait is told once,
+        when it lasts longer than a lookup."""
+        if not self.loading:
+            return set()
+        at, tier_of = self._after_read, self._tier_of  # every copy below is on the shelf
+        done = [
+            p
+            for p, ends in list(self.loading.items())
+            if all(at.get((tier_of[t], q), -1) >= end for (t, q), end in ends.items())
+        ]
+        for p in done:
+            self.loading.pop(p, None)
+            self._told.pop(p, None)
+        if done:
+            self._shelf.release(done)
+        now, waiting = time.monotonic(), set(self.loading)
+        late = sorted(p for p in waiting if 0 < self._told.get(p, 0) < now)
+        if late:
+            self._told.update(dict.fromkeys(late, 0.0))
+            log.info(
+                "retry tiers: loading the tiers of partitions %s waits for a transaction still "
+                "open (a last owner's, ended by Kafka within its transaction timeout at most); "
+                "the other partitions go on",
+                late,
+            )
+        return waiting
 
     def _look_up(
         self, tps: list[TopicPartition], serve: Callable[[], None]
@@ -299,6 +311,9 @@ class TierReader:
             self._revoked[p] = self._host.holding(p)
         gone &= self.loaded
         self.loaded -= gone
+        for p in gone:
+            self.loading.pop(p, None)
+            self._told.pop(p, None)
         if gone:
             self._consumer.incremental_unassign(
                 [TopicPartition(t, p) for t in self._topics for p in gone]

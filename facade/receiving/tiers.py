@@ -103,6 +103,11 @@ class RetryTiers:
         self.overflows = 0
         self._limit = limit  # parked records per source partition, at most (about)
         self._full: set[int] = set()  # source partitions held for their parked records
+        self._held: set[int] = set()  # those and the partitions whose tiers are loading
+        # Source records fetched while their partition's tiers load: handed on with the
+        # batch that follows the load, as the first records of their partition.
+        self._waiting: dict[int, list[Record]] = {}
+        self._waiting_lock = threading.Lock()
         self._id = _claim(retry.transactional_id or _transactional_id(host))
         try:
             self.fence, self.reader, self.writer = self._parts(retry, halt)
@@ -274,11 +279,15 @@ class RetryTiers:
         parked keys are known before any of the source's records is handled; return the
         records of ``batch`` that may be handled now. Those of a partition held but not loaded
         (the load failed, or it was revoked and assigned again meanwhile) are read again.
-        Called on the fetch thread after each poll."""
+        A partition still loading is not fetched until its tiers are read (the other
+        partitions go on meanwhile), and the records of it fetched already wait here: they
+        are handed on, first, with the batch of the poll that finds the load done, as the
+        records of the poll that started it were once the load returned. Called on the
+        fetch thread after each poll."""
         self.refresh()
         if time.monotonic() >= self._load_at:
             try:
-                points = self.reader.load(serve, self._stop)
+                points = self.reader.load(serve)
                 self._load_failures = 0
                 if points:  # a partition revoked during the load is not the tiers' any more
                     loaded = self.reader.loaded
@@ -286,19 +295,30 @@ class RetryTiers:
                         self._confirmed.update((k, v) for k, v in points.items() if k[1] in loaded)
             except Exception as exc:  # tried again after a backoff
                 self._load_failed(exc)
-        self._throttle()
+        loading = self.reader.settle()  # the tiers read to their ends: their copies may run
+        self._throttle(loading)
         held, loaded = self._host.assigned(), self.reader.loaded
         keep: list[Record] = []
         again: dict[int, int] = {}
-        for record in batch:
-            partition = record.partition or 0
-            if partition in loaded and partition in held:
-                keep.append(record)
-            elif partition in held:
-                again.setdefault(partition, record.offset or 0)
+        with self._waiting_lock:
+            for partition in [p for p in self._waiting if p not in loading]:
+                waited = self._waiting.pop(partition)
+                if partition in loaded and partition in held:
+                    keep.extend(waited)
+            kept_before = len(keep)
+            for record in batch:
+                partition = record.partition or 0
+                if partition in loaded and partition in held:
+                    if partition in loading:
+                        self._waiting.setdefault(partition, []).append(record)
+                    else:
+                        keep.append(record)
+                elif partition in held:
+                    again.setdefault(partition, record.offset or 0)
         if again:
             self._host.rewind(again)
-        return batch if len(keep) == len(batch) else RecordBatch(keep)
+        unchanged = kept_before == 0 and len(keep) == len(batch)
+        return batch if unchanged else RecordBatch(keep)
 
     def refresh(self) -> None:
         """Read the group's metadata again (on the fetch thread: a poll or a rebalance
@@ -320,18 +340,22 @@ class RetryTiers:
                 f"retry tiers: reading the tiers of new partitions failed{times}", error
             )
 
-    def _throttle(self) -> None:
-        """Hold the source partitions with ``limit`` parked records (their records stay in
-        Kafka, the fetch of other partitions goes on); let go once half of them are done."""
+    def _throttle(self, loading: set[int]) -> None:
+        """Hold the source partitions with ``limit`` parked records, and those whose tiers
+        are ``loading`` (their records stay in Kafka, the fetch of other partitions goes on);
+        let go once half of the parked records are done, and once the load is."""
         parked, full = self.shelf.parked(), self._full
         over = {p for p, n in parked.items() if n >= self._limit} - full
         under = {p for p in full if parked.get(p, 0) <= self._limit // 2}
         if over:
             log.info("retry tiers: partitions %s not fetched: parked records", sorted(over))
-            self._host.hold_parked(over)
-        if under:
-            self._host.release_parked(under)
         self._full = (full | over) - under
+        held = self._full | loading
+        if held - self._held:
+            self._host.hold_parked(held - self._held)
+        if self._held - held:
+            self._host.release_parked(self._held - held)
+        self._held = held
 
     def revoke(
         self, partitions: list[int], lost: bool, deadline: float, *, on_fetch_thread: bool
@@ -367,6 +391,10 @@ class RetryTiers:
             self.shelf.drop(sorted(partitions))
         self.fence.forget(partitions)
         self._full -= set(partitions)  # a partition given up is not paused any more
+        self._held -= set(partitions)
+        with self._waiting_lock:  # never handled here: the next owner reads them
+            for p in partitions:
+                self._waiting.pop(p, None)
         with self._confirm_lock:
             for key in [k for k in self._confirmed if k[1] in gone or k[1] in partitions]:
                 del self._confirmed[key]
@@ -381,6 +409,8 @@ class RetryTiers:
                     self._stop.wait(_AGAIN_S)
                 elif not self.reader.loaded:
                     self._stop.wait(_TAKE_S)
+                else:  # a thread waiting for the reader's lock takes it (locks are not fair)
+                    time.sleep(0)
             except Exception as exc:
                 if self._stop.is_set():
                     return

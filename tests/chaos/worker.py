@@ -13,7 +13,9 @@ Modes:
 ``par``
     a parallel receiver keeping key order, with retry tiers: records whose number is a
     multiple of 7 fail their first call in each process (``read`` once handled, ``dead``
-    when given up; ``assigned`` with the positions resumed, and ``revoked``).
+    when given up; ``assigned`` with the positions resumed, and ``revoked``). The tiers'
+    transactional id is the slot's, so a restarted worker aborts the round its killed
+    predecessor left open instead of leaving it to the transaction timeout.
 ``archive``
     the archiver copies the stream into the history store of the database ``DB`` (its own
     consumer group; a batch's rows in one transaction, then its offsets), recording the
@@ -351,7 +353,10 @@ def run_par(args: argparse.Namespace, history: History) -> None:
         subs.append(sub)
         sub.attach_receiver(
             handler, concurrency=8, max_in_flight=200, dead_letter=dead,
-            retry=Retry(attempts=1, backoff_s=0, tiers=tiers),
+            retry=Retry(
+                attempts=1, backoff_s=0, tiers=tiers,
+                transactional_id=f"{args.group}.retry-tiers.{args.slot}",
+            ),
         )  # fmt: skip
         while not os.path.exists(args.stop):
             time.sleep(0.1)

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from bolide.facade import Publisher, PublisherConfig, Record, Retry, RetryTier, StreamConfig
 from bolide.facade.kafka import PRODUCER_DEFAULTS, ensure_topic
-from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER
+from bolide.facade.retry import ATTEMPTS_HEADER, ORIGIN_HEADER, WRITER_HEADER
 from tests.conftest import eventually
 from tests.parallel.conftest import confirm_source, fresh_group, tier_copy
 from tests.parallel.test_retry_tiers import committed, grouped
@@ -93,13 +93,7 @@ def test_a_new_owner_loads_the_tiers_past_a_transaction_left_open(cluster, strea
             pub.publish_async(Record(b"%d" % i, key=b"k"))
         assert pub.flush(60) == 0
     ensure_topic(cluster, StreamConfig(name=name, partitions=1))
-    zombie = Producer(
-        cluster.client_config(PRODUCER_DEFAULTS, {"transactional.id": uuid.uuid4().hex})
-    )
-    zombie.init_transactions(30)
-    zombie.begin_transaction()
-    zombie.produce(name, value=b"open", key=b"y", partition=0)
-    assert zombie.flush(30) == 0
+    zombie = _open_transaction(cluster, name, partition=0)
     tier_copy(cluster, stream.name, name, b"k", 0, attempts=1)
     group = fresh_group()
     confirm_source(cluster, group, stream.name, 1)
@@ -120,3 +114,105 @@ def test_a_new_owner_loads_the_tiers_past_a_transaction_left_open(cluster, strea
     finally:
         sub.close()
     assert order == [0, 1]
+
+
+def test_a_load_waiting_for_a_transaction_holds_only_its_partition(cluster, stream_factory):
+    """A writer that lost partition 0 left a transaction open in its tier: the new owner's
+    load of partition 0 waits for it, and partition 1's records are handled meanwhile (the
+    load held the whole fetch once, so a killed member stalled all its successor's
+    partitions until the transaction timeout)."""
+    stream = stream_factory(partitions=2)
+    tier = RetryTier(delay_s=0.1)
+    name = tier.stream_for(stream.name)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for partition in (0, 1):
+            for i in range(3):
+                pub.publish_async(Record(b"%d" % i, key=b"k%d" % partition, partition=partition))
+        assert pub.flush(60) == 0
+    ensure_topic(cluster, StreamConfig(name=name, partitions=2))
+    zombie = _open_transaction(cluster, name, partition=0)
+    handled: list[tuple[int, int]] = []
+    sub = grouped(cluster, stream, fresh_group())
+    try:
+        sub.attach_receiver(
+            lambda r: handled.append((r.partition or 0, r.offset or 0)),
+            concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[tier]),
+        )
+        eventually(lambda: {(1, 0), (1, 1), (1, 2)} <= set(handled), 60)
+        assert [h for h in handled if h[0] == 0] == []  # it waits for the transaction
+        zombie.abort_transaction(30)
+        eventually(lambda: {(0, 0), (0, 1), (0, 2)} <= set(handled), 60)
+    finally:
+        sub.close()
+    assert _first_runs([o for p, o in handled if p == 0]) == [0, 1, 2]
+
+
+def test_a_copy_of_another_writer_met_by_the_load_does_not_hold_the_partition_for_good(
+    cluster, stream_factory, caplog
+):
+    """While the new owner's load waits for a transaction left open (a copy of k's record
+    0), another writer commits a copy of k's record 1 behind it: the load reads both at
+    once, the second past the load's end, which holds the partition until this member
+    proves its generation. Once it has, both copies run; the load let go of the partition
+    only when no such copy was met, so the partition stayed held until its next revoke."""
+    stream = stream_factory()
+    tier = RetryTier(delay_s=0.1)
+    name = tier.stream_for(stream.name)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(3):
+            pub.publish_async(Record(b"%d" % i, key=b"k"))
+        assert pub.flush(60) == 0
+    ensure_topic(cluster, StreamConfig(name=name, partitions=1))
+    group = fresh_group()
+    zombie = _open_transaction(cluster, name, partition=0, copy_of=(stream.name, 0))
+    order: list[int] = []
+    sub = grouped(cluster, stream, group)
+    try:
+        with caplog.at_level(logging.INFO, logger="bolide.facade.parallel"):
+            sub.attach_receiver(
+                lambda r: order.append(r.offset or 0),
+                concurrency=2,
+                retry=Retry(attempts=1, backoff_s=0, tiers=[tier]),
+            )
+            eventually(lambda: "waits for a transaction still open" in caplog.text, 60)
+        other = _open_transaction(cluster, name, partition=0, copy_of=(stream.name, 1))
+        other.commit_transaction(30)  # behind the open one: read with it, past the load's end
+        zombie.commit_transaction(30)
+        eventually(lambda: {0, 1, 2} <= set(order), 60)
+    finally:
+        sub.close()
+    assert _first_runs(order) == [0, 1, 2]
+
+
+def _first_runs(offsets: list[int]) -> list[int]:
+    """Each offset at its first run (a member that lost its lease on a slow machine runs
+    some again after its rebalance: at least once)."""
+    return list(dict.fromkeys(offsets))
+
+
+def _open_transaction(
+    cluster, tier: str, *, partition: int, copy_of: tuple[str, int] | None = None
+) -> Producer:
+    """A transaction left open in ``tier``'s ``partition`` by another writer: a record of
+    its own, or its copy of ``copy_of`` (stream, offset; partition 0, key ``k``)."""
+    writer = uuid.uuid4().hex
+    producer = Producer(
+        cluster.client_config(
+            PRODUCER_DEFAULTS, {"transactional.id": writer, "transaction.timeout.ms": 600_000}
+        )
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    if copy_of is None:
+        producer.produce(tier, value=b"open", key=b"y", partition=partition)
+    else:
+        source, offset = copy_of
+        headers = [
+            (ORIGIN_HEADER, f"{source}/0/{offset}".encode()),
+            (ATTEMPTS_HEADER, b"1"),
+            (WRITER_HEADER, writer.encode()),
+        ]
+        producer.produce(tier, value=b"%d" % offset, key=b"k", partition=0, headers=headers)
+    assert producer.flush(30) == 0
+    return producer
