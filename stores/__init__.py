@@ -6,7 +6,8 @@ database) and ``schema`` (every table, the one module ``bolide.migrations`` impo
 them ``store`` (``SqlStore``), ``positions``, ``durable_registry`` and ``schema_registry``.
 """
 
-from bolide.stores.archive import Archiver, ArchiverStats, ProgressCallback, require_delete_records
+from bolide.facade.kafka.deletion import require_delete_records
+from bolide.stores.archive import Archiver, ArchiverStats, ProgressCallback
 from bolide.stores.deadletters import DeadLetter, DeadLetters
 from bolide.stores.durable_registry import DurableClient, SqlDurableRegistry
 from bolide.stores.incarnations import Incarnation

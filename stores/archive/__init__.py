@@ -7,8 +7,6 @@ from bolide.stores.archive.archiver import (
     ArchiverStats,
     ProgressCallback,
     RejectHandler,
-    require_delete_records,
-    trim,
     write_typed,
 )
 
@@ -17,7 +15,5 @@ __all__ = [
     "ArchiverStats",
     "ProgressCallback",
     "RejectHandler",
-    "require_delete_records",
-    "trim",
     "write_typed",
 ]

@@ -15,7 +15,7 @@ from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, StreamConfig
 from bolide.facade.errors import BrokerError
 from bolide.facade.kafka import committed_offsets, log_ends, log_starts
-from bolide.stores.archive._capacity import trim
+from bolide.facade.kafka.deletion import trim
 
 __all__ = ["TP", "ArchiveOffsets", "log_commit_errors", "reached"]
 

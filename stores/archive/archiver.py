@@ -7,9 +7,9 @@ table's primary key, so no row is lost and none is duplicated. The next batch is
 and decoded while the current one is written, on a writer thread of its own (``_pipeline``).
 
 The archive's parts beside it: the archiver's Kafka offsets (``_offsets``), the writer thread
-(``_pipeline``), trimming a stream's log once archived (``_capacity``), and the typed archive of
-Avro streams (``_typed``, its columns in ``_avro_columns``; public as
-``bolide.stores.typed_archive``).
+(``_pipeline``), and the typed archive of schema-typed streams (``_typed``, public as
+``bolide.stores.typed_archive``); a capacity trims Kafka through
+``bolide.facade.kafka.deletion``.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from bolide.facade.kafka import (
     topic_id,
     topic_identity,
 )
+from bolide.facade.kafka.deletion import require_delete_records
 from bolide.facade.ports import ArchiveStore, HistoryStore, Incarnations
 from bolide.facade.record import Record, record_from_message
 from bolide.facade.support import Closing
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int
-from bolide.stores.archive._capacity import require_delete_records, trim
 from bolide.stores.archive._offsets import TP, ArchiveOffsets, log_commit_errors, reached
 from bolide.stores.archive._pipeline import BatchWriter
 from bolide.stores.archive._typed import RejectHandler, write_typed
@@ -53,8 +53,6 @@ __all__ = [
     "ArchiverStats",
     "ProgressCallback",
     "RejectHandler",
-    "require_delete_records",
-    "trim",
     "write_typed",
 ]
 

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
-from bolide.stores.archive import require_delete_records, trim
+from bolide.facade.kafka.deletion import require_delete_records, trim
 from bolide.stores.deadletters._books import Entry, Letter
 from bolide.stores.deadletters._scan import StreamRead, topic_id
 from bolide.stores.schema import HEADERS, PURGES, RECORDS, UNKNOWN_TOPIC

@@ -1,4 +1,5 @@
-"""Capacity: trimming a stream's Kafka log to about N records once they are archived.
+"""DeleteRecords: trimming a partition's log below an offset (an archive's capacity, a
+dead-letter purge), and whether the broker supports it.
 
 Trimming uses Kafka's DeleteRecords. Some brokers advertise it in their ApiVersions answer yet
 close the connection when asked (the embedded Tansu broker does), so support is decided by a
@@ -14,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from bolide.facade.config import Cluster
 from bolide.facade.errors import BrokerError
-from bolide.facade.kafka import admin_client
+from bolide.facade.kafka.admin import admin_client
 
 __all__ = ["require_delete_records", "trim"]
 
