@@ -14,6 +14,7 @@ The archive's parts beside it: the archiver's Kafka offsets (``_offsets``), the 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -170,7 +171,10 @@ class Archiver(Closing):
         unknown = set(self.serdes) - {s.name for s in streams}
         if unknown:
             raise ValueError(f"serdes name streams the archiver does not read: {sorted(unknown)}")
-        if self.serdes and not isinstance(store, ArchiveStore):
+        # The store's kind, chosen once: a SQL archive writes every stream of a batch in one
+        # transaction (typed tables and topic incarnations too); any other store, per stream.
+        archive = store if isinstance(store, ArchiveStore) else None
+        if self.serdes and archive is None:
             raise ValueError("serdes need a SqlStore: typed tables live in its database")
         self.cluster = cluster
         self.store = store
@@ -189,8 +193,11 @@ class Archiver(Closing):
             self._partitions.extend((stream.name, p) for p in range(count))
             if stream.capacity is not None:
                 require_delete_records(cluster, stream.name)
-        if isinstance(store, ArchiveStore):
-            store.check_schema()
+        if archive is not None:
+            archive.check_schema()
+        self._put: Callable[[Batch, Rejected], int] = (
+            self._put_plain if archive is None else functools.partial(self._put_archive, archive)
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -500,11 +507,7 @@ class Archiver(Closing):
         while True:
             rejected: Rejected = []
             try:
-                if isinstance(self.store, ArchiveStore):
-                    also = self._typed(records, rejected)
-                    keys = {s: self._topics.keys[s] for s in records if s in self._topics.keys}
-                    return self.store.store_batches(records, also=also, stored_as=keys), rejected
-                return sum(self.store.store_all(s, recs) for s, recs in records.items()), rejected
+                return self._put(records, rejected), rejected
             except StoreError as exc:
                 if not exc.retriable or halt.is_set():
                     raise
@@ -513,6 +516,17 @@ class Archiver(Closing):
                 if halt.wait(delay):
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
+
+    def _put_archive(self, archive: ArchiveStore, records: Batch, rejected: Rejected) -> int:
+        """A SQL archive's write: every stream of the batch, its typed rows and each
+        stream's incarnation key, in one transaction."""
+        also = self._typed(records, rejected)
+        keys = {s: self._topics.keys[s] for s in records if s in self._topics.keys}
+        return archive.store_batches(records, also=also, stored_as=keys)
+
+    def _put_plain(self, records: Batch, rejected: Rejected) -> int:
+        """Another history store's write: each stream's records."""
+        return sum(self.store.store_all(s, recs) for s, recs in records.items())
 
     # -- topic incarnations ----------------------------------------------------------------
 
