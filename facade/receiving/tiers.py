@@ -305,6 +305,8 @@ class RetryTiers:
                 waited = self._waiting.pop(partition)
                 if partition in loaded and partition in held:
                     keep.extend(waited)
+                elif partition in held and waited:  # its load failed: read them again
+                    again[partition] = waited[0].offset or 0
             kept_before = len(keep)
             for record in batch:
                 partition = record.partition or 0
@@ -549,10 +551,16 @@ class RetryTiers:
         found = self.shelf.confirm_points(self.reader.positions())
         with self._confirm_lock:
             held = self._host.assigned()
+            # Not a partition whose tiers are still loading: a copy finished above the
+            # confirmed position and not read yet would be left out of the finished set.
+            loading = self.reader.loading
             points = {
                 k: point
                 for k, point in found.items()
-                if k[1] in held and k[1] in self.reader.loaded and not self.fence.holds(k[1])
+                if k[1] in held
+                and k[1] in self.reader.loaded
+                and k[1] not in loading
+                and not self.fence.holds(k[1])
             }
             moved, unfit = to_confirm(points, self._confirmed)
             self.overflows += len(unfit)
@@ -586,11 +594,17 @@ class RetryTiers:
                 thread.join(5.0)
         # A running call is not waited for: its record is not confirmed, read again later.
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._full:  # fetched again by the subscriber (another receiver may follow)
-            try:
-                self._host.release_parked(self._full)
-            except Exception as exc:
-                self._host.report("retry tiers: resuming paused partitions failed", exc)
+        with self._waiting_lock:  # fetched, never handled: read again, not confirmed past
+            waited, self._waiting = self._waiting, {}
+        again = {p: records[0].offset or 0 for p, records in waited.items() if records}
+        held = self._held  # fetched again by the subscriber (another receiver may follow)
+        try:
+            if again:
+                self._host.rewind(again)
+            if held:
+                self._host.release_parked(held)
+        except Exception as exc:
+            self._host.report("retry tiers: resuming paused partitions failed", exc)
         try:
             if self._thread.ident is not None and deadline > time.monotonic():
                 self.writer.flush(self.reader.loaded, deadline)
