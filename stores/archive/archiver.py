@@ -171,13 +171,9 @@ class Archiver(Closing):
         unknown = set(self.serdes) - {s.name for s in streams}
         if unknown:
             raise ValueError(f"serdes name streams the archiver does not read: {sorted(unknown)}")
-        # The store's kind, chosen once: a SQL archive writes every stream of a batch in one
-        # transaction (typed tables and topic incarnations too); any other store, per stream.
-        archive = store if isinstance(store, ArchiveStore) else None
-        if self.serdes and archive is None:
-            raise ValueError("serdes need a SqlStore: typed tables live in its database")
         self.cluster = cluster
         self.store = store
+        self._put = self._writes_to(store)  # before any topic is made: bad input changes nothing
         self.streams = {s.name: s for s in streams}
         self.group = group
         self.batch_size = batch_size
@@ -193,11 +189,6 @@ class Archiver(Closing):
             self._partitions.extend((stream.name, p) for p in range(count))
             if stream.capacity is not None:
                 require_delete_records(cluster, stream.name)
-        if archive is not None:
-            archive.check_schema()
-        self._put: Callable[[Batch, Rejected], int] = (
-            self._put_plain if archive is None else functools.partial(self._put_archive, archive)
-        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -516,6 +507,22 @@ class Archiver(Closing):
                 if halt.wait(delay):
                     raise
                 delay = min(delay * 2, self.max_backoff_s)
+
+    def _writes_to(self, store: HistoryStore) -> Callable[[Batch, Rejected], int]:
+        """The write for the store's kind, chosen once: a SQL archive writes every stream of
+        a batch in one transaction (typed tables and topic incarnations too), any other
+        store stream by stream.
+
+        Raises:
+            ValueError: Serdes without a SQL archive (typed tables live in its database).
+            SchemaOutOfDateError: The SQL archive's schema is behind.
+        """
+        if not isinstance(store, ArchiveStore):
+            if self.serdes:
+                raise ValueError("serdes need a SqlStore: typed tables live in its database")
+            return self._put_plain
+        store.check_schema()
+        return functools.partial(self._put_archive, store)
 
     def _put_archive(self, archive: ArchiveStore, records: Batch, rejected: Rejected) -> int:
         """A SQL archive's write: every stream of the batch, its typed rows and each
