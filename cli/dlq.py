@@ -26,7 +26,7 @@ from bolide.facade.errors import (
     DeadLetterNotFoundError,
     DeadLetterSourceError,
 )
-from bolide.facade.ops.text import render_bytes, table
+from bolide.facade.ops.text import render_bytes, table, utc_text
 from bolide.stores.deadletters import DeadLetter, DeadLetters
 from bolide.stores.dialects import dialect_of
 from bolide.stores.store import SqlStore
@@ -169,8 +169,7 @@ def _as_dict(letter: DeadLetter) -> dict[str, Any]:
 
 
 def _when(letter: DeadLetter) -> str:
-    stamp = letter.timestamp
-    return "" if stamp is None else stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return utc_text(letter.timestamp)
 
 
 def _list(args: argparse.Namespace) -> int:

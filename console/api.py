@@ -226,6 +226,8 @@ def durable_rows(console: Console) -> list[dict[str, Any]]:
             "partitions": {
                 s: {str(p): n for p, n in parts.items()} for s, parts in c.backlog.items()
             },
+            "marker_ms": c.marker_ms,
+            "markers": {s: {str(p): o for p, o in parts.items()} for s, parts in c.markers.items()},
         }
         for c in console.durable()
     ]

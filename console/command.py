@@ -30,6 +30,13 @@ def register(subparsers: Any) -> None:
     console.add_argument(
         "--allow-writes", action="store_true", help="allow replaying and purging dead letters"
     )
+    console.add_argument(
+        "--sample-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often the groups' lag is sampled for their charts (default: 5)",
+    )
     console.set_defaults(func=_console, parser=console)
 
 
@@ -47,6 +54,7 @@ def _console(args: argparse.Namespace) -> int:
             port=args.port,
             allow_writes=args.allow_writes,
             token=os.environ.get(TOKEN_ENV) or None,
+            sample_s=args.sample_interval,
         )
     except ValueError as exc:
         args.parser.error(str(exc))

@@ -12,6 +12,10 @@ the CSRF token of its forms.
   own. Scripts send neither and pass.
 - Each form carries a CSRF token that must match the browser's ``bolide_csrf`` cookie
   (``check_csrf``, in the form's handler: the guard does not read bodies).
+- Every answer tells browsers to run only the console's own files (``Content-Security-Policy``:
+  a payload that slipped past escaping still could not run a script) and never to show it in
+  another site's frame (``frame-ancestors``, ``X-Frame-Options``: a page that framed the
+  console could make a user click its buttons, which the same-origin rule would let through).
 """
 
 from __future__ import annotations
@@ -23,16 +27,34 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bolide.console.settings import is_loopback
 
-__all__ = ["CSRF_COOKIE", "SESSION_COOKIE", "Guard", "check_csrf", "csrf_token", "session_value"]
+__all__ = [
+    "CSRF_COOKIE",
+    "SAFE_HEADERS",
+    "SESSION_COOKIE",
+    "Guard",
+    "check_csrf",
+    "csrf_token",
+    "session_value",
+]
 
 SESSION_COOKIE = "bolide_console"
 CSRF_COOKIE = "bolide_csrf"
 _OPEN = ("/login", "/static/")  # reachable without the token
 _READS = frozenset({"GET", "HEAD"})
+#: Sent with every answer (see the module's docstring).
+SAFE_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (
+        b"content-security-policy",
+        b"default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
 
 
 def session_value(token: str) -> str:
@@ -69,11 +91,17 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+
+        async def send_safe(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *SAFE_HEADERS]
+            await send(message)
+
         refusal = self.refusal(request)
         if refusal is not None:
-            await refusal(scope, receive, send)
+            await refusal(scope, receive, send_safe)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send_safe)
 
     def refusal(self, request: Request) -> Response | None:
         """The answer to a request the door does not let through, else ``None``."""

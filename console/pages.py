@@ -37,7 +37,7 @@ from bolide.console.guard import (
 )
 from bolide.console.settings import ConsoleSettings
 from bolide.facade.errors import BolideError
-from bolide.facade.ops.text import render_bytes
+from bolide.facade.ops.text import render_bytes, utc_text
 
 __all__ = ["Pages", "lag_points"]
 
@@ -70,6 +70,7 @@ class Pages:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters["text"] = lambda v: "" if v is None else render_bytes(v)
+        self.env.filters["when"] = utc_text
 
     def routes(self) -> list[Route]:
         return [
@@ -146,7 +147,8 @@ class Pages:
             return None
         series = self.console.lags.series(name)
         return {"group": found, "points": lag_points(series), "samples": len(series),
-                "sampling": self.console.lags.error, "chart": _CHART}  # fmt: skip
+                "series": json.dumps(series), "sampling": self.console.lags.error,
+                "chart": _CHART}  # fmt: skip
 
     def dlq(self, request: Request) -> dict[str, Any]:
         stream = request.query_params.get("stream", "")

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from bolide.console.settings import ConsoleSettings
 from bolide.facade.errors import AuthorizationError, BrokerError
 from bolide.facade.kafka import probe_consumer
+from bolide.facade.kafka.fatal import Scope, fatal_error
 from bolide.facade.ops.inventory import TopicInfo
 from bolide.facade.record import Record, record_from_message
 from bolide.stores import Search, SqlStore
@@ -209,6 +210,10 @@ def _matches(record: Record, wanted: Search) -> bool:
 
 
 def _raise(stream: str, error: KafkaError) -> None:
+    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # names the ACL to grant
+        typed = fatal_error(error, Scope("subscriber", stream))
+        if typed is not None:
+            raise typed
     if error.code() in (
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.GROUP_AUTHORIZATION_FAILED,

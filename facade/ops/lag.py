@@ -99,6 +99,9 @@ class DurableBacklog:
         away_s: Seconds since it was last seen (0 while connected).
         timeout_s: How long it may stay away.
         backlog: Records waiting, per stream and partition.
+        markers: Its latest marker (stream -> partition -> the end offset when it
+            connected): what it replays up to before it goes live.
+        marker_ms: When that marker was taken (``None``: never).
     """
 
     durable_id: str
@@ -107,6 +110,8 @@ class DurableBacklog:
     away_s: float
     timeout_s: float
     backlog: dict[str, dict[int, int]]
+    markers: dict[str, dict[int, int]] = field(default_factory=dict)
+    marker_ms: int | None = None
 
     @property
     def total(self) -> int:
@@ -240,6 +245,8 @@ def durable_backlogs(
                 away_s=client.away_s(at),
                 timeout_s=client.timeout_s,
                 backlog=client_backlog(cluster, client),
+                markers=client.markers,
+                marker_ms=client.marker_ms,
             )
         )
     return out

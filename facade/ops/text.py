@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["json_cell", "render_bytes", "table"]
+__all__ = ["json_cell", "render_bytes", "table", "utc_text"]
 
 _CELL_WIDTH = 60  # longer cells are cut, with "..."
 
@@ -35,6 +36,16 @@ def render_bytes(value: bytes) -> str:
     except UnicodeDecodeError:
         return "\\x" + value.hex()
     return text if text.isprintable() else "\\x" + value.hex()
+
+
+def utc_text(when: datetime.datetime | int | None) -> str:
+    """A time (a datetime, or epoch milliseconds) as ISO 8601 UTC to the second, ``Z``
+    suffixed; ``""`` for ``None``."""
+    if when is None:
+        return ""
+    if isinstance(when, int):
+        when = datetime.datetime.fromtimestamp(when / 1000, datetime.UTC)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def table(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:

@@ -81,15 +81,15 @@ def estate(
 
 @pytest.fixture
 def console_of(estate: Estate) -> Iterator[Callable[..., object]]:
-    """``console_of(**settings)``: a started console (a Starlette test client) over the
-    estate."""
+    """``console_of(sample=False, **settings)``: a started console (a Starlette test client)
+    over the estate, sampling group lags when ``sample``."""
     from starlette.testclient import TestClient
 
     clients: list[TestClient] = []
 
-    def make(**settings: object) -> TestClient:
+    def make(*, sample: bool = False, **settings: object) -> TestClient:
         options = {"db": estate.db, **settings}
-        app = create_app(ConsoleSettings(estate.cluster, **options), sample=False)  # type: ignore[arg-type]
+        app = create_app(ConsoleSettings(estate.cluster, **options), sample=sample)  # type: ignore[arg-type]
         client = TestClient(app, base_url="http://127.0.0.1:8080")
         client.__enter__()
         clients.append(client)

@@ -4,14 +4,28 @@ and page shows, and the door's rules (token, same origin, CSRF, read-only)."""
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
+import threading
+import uuid
 
 import pytest
+from confluent_kafka import Consumer
 
 from bolide.console.settings import ConsoleSettings
-from bolide.facade import Cluster
-from bolide.stores import SqlStore
+from bolide.facade import (
+    Cluster,
+    Publisher,
+    PublisherConfig,
+    Record,
+    StreamConfig,
+    Subscriber,
+    SubscriberConfig,
+)
+from bolide.facade.deadletter import Reason, letter
+from bolide.facade.kafka import CONSUMER_DEFAULTS
+from bolide.stores import Archiver, SqlStore
 from tests.conftest import eventually
 from tests.console.conftest import SCRIPT, TOKEN
 
@@ -225,3 +239,192 @@ def test_protobuf_and_json_schema_values_are_shown_decoded(estate, console_of, s
     assert first["price"] == {"cents": 200, "currency": "EUR"} and first["status"] == "SHIPPED"
     assert first["at"].startswith("2023-11-14 22:13:22")
     assert second == json_order(3)
+
+
+def test_a_group_shows_its_members_their_static_ids_and_its_lag_over_time(
+    estate, console_of, stream_factory
+):
+    """A live member with a static id: the group's page and API show it, its assignment and
+    the protocol; the sampler's points feed the chart."""
+    stream = stream_factory(name_prefix="console-members")
+    with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(b"one", key=b"k"), 60)
+    group = f"console-live-{uuid.uuid4().hex[:8]}"
+    config = SubscriberConfig(
+        stream=stream, group=group, lease_timeout_ms=4_000,
+        consumer_config={"group.instance.id": "member-1"},
+    )  # fmt: skip
+    with Subscriber(estate.cluster, config) as member:
+        eventually(member.is_assigned, 60)
+        client = console_of(sample=True, sample_s=0.2)
+        # Served while the console samples (is_assigned polls): the member keeps its lease.
+        body = eventually(lambda: member.is_assigned() and _with_history(client, group, 2), 60)
+        assert body["protocol"] in ("CLASSIC", "CONSUMER")
+        [one] = body["members"]
+        assert one["instance_id"] == "member-1"
+        assert one["assignment"] == [[stream.name, 0]]
+        assert all(isinstance(ms, int) and lag >= 0 for ms, lag in body["lag_history"])
+        page = client.get(f"/groups/{group}").text
+        assert "member-1" in page and f"{stream.name}[0]" in page
+        assert 'data-lag-chart data-series="[[' in page  # the samples, for uPlot
+        assert "/static/vendor/uPlot-1.6.32.iife.min.js" in page
+
+
+def _with_history(client, group: str, samples: int) -> dict | None:
+    body = client.get(f"/api/groups/{group}").json()
+    members = body.get("members") or []
+    ready = len(body.get("lag_history", [])) >= samples and members and members[0]["assignment"]
+    return body if ready else None
+
+
+def test_the_time_range_picks_records_by_their_timestamps(estate, console_of):
+    client = console_of()
+    url = f"/api/streams/{estate.stream}/records"
+    every = client.get(url, params={"limit": 100}).json()["records"]
+    at = {r["offset"]: r["timestamp_ms"] for r in every}
+    middle = at[25]
+    later = client.get(url, params={"from": middle, "limit": 100}).json()["records"]
+    assert 25 in [r["offset"] for r in later]
+    assert all(r["timestamp_ms"] >= middle for r in later)
+    assert {o for o, t in at.items() if t >= middle} == {r["offset"] for r in later}
+    earlier = client.get(url, params={"to": middle, "limit": 100}).json()["records"]
+    assert {o for o, t in at.items() if t < middle} == {r["offset"] for r in earlier}  # before
+    iso = datetime.datetime.fromtimestamp(middle / 1000, datetime.UTC).isoformat()
+    by_text = client.get(url, params={"from": iso, "limit": 100}).json()["records"]
+    assert {r["offset"] for r in by_text} == {r["offset"] for r in later}
+    assert client.get(url, params={"from": "yesterday-ish"}).status_code == 400
+
+
+def test_the_page_form_refuses_writes_on_a_read_only_console(estate, console_of):
+    client = console_of()
+    client.get(f"/dlq?stream={estate.dlq}")  # sets the CSRF cookie
+    csrf = client.cookies.get("bolide_csrf")
+    form = {"stream": estate.dlq, "id": f"{estate.dlq}/0/0", "csrf": csrf}
+    refused = client.post("/dlq/replay", data=form)
+    assert refused.status_code == 403 and "--allow-writes" in refused.text
+    assert client.post("/dlq/purge", data=form).status_code == 403
+    assert len(client.get(f"/api/dlq/{estate.dlq}").json()["letters"]) == 2
+
+
+def test_dead_letters_are_picked_by_filter_and_replayed_to_another_stream(
+    estate, console_of, stream_factory
+):
+    other = stream_factory(name_prefix="console-replayed")
+    writer = console_of(allow_writes=True)
+    url = f"/api/dlq/{estate.dlq}"
+    picked = writer.get(url, params={"where": "source_offset = 4"}).json()["letters"]
+    assert [d["source_offset"] for d in picked] == [4]
+    ask = {"stream": estate.dlq, "where": "source_offset = 4", "to": other.name}
+    assert writer.post("/api/dlq/replay", json=ask).json() == {"replayed": 1}
+    copies = eventually(lambda: _read_all(estate.cluster, other.name, 1), 60)
+    assert [(c.key(), c.value()) for c in copies] == [(b"k4", b"order 4")]
+    letters = {d["source_offset"]: d for d in writer.get(url).json()["letters"]}
+    assert letters[4]["replayed_to"] == [other.name] and letters[3]["replayed_to"] == []
+    page = writer.get("/dlq", params={"stream": estate.dlq, "where": "source_offset = 3"}).text
+    assert f"{estate.stream}/0/3" in page and f"{estate.stream}/0/4" not in page
+
+
+def _read_all(cluster, topic: str, count: int) -> list | None:
+    consumer = Consumer(
+        cluster.client_config(
+            CONSUMER_DEFAULTS,
+            {"group.id": f"console-check-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"},
+        )
+    )
+    try:
+        consumer.subscribe([topic])
+        found = []
+        for _ in range(20):
+            found += [m for m in consumer.consume(10, timeout=1.0) if m.error() is None]
+            if len(found) >= count:
+                return found
+        return None
+    finally:
+        consumer.close()
+
+
+def test_sql_results_export_as_csv(estate, console_of):
+    client = console_of()
+    query = {"query": "SELECT kafka_offset FROM bolide_records WHERE kafka_offset < 3 ORDER BY 1"}
+    text = client.post("/api/sql", params={"format": "csv"}, json=query).text
+    assert list(csv.reader(io.StringIO(text))) == [["kafka_offset"], ["0"], ["1"], ["2"]]
+    client.get("/sql")
+    form = {**query, "csrf": client.cookies.get("bolide_csrf"), "format": "csv"}
+    exported = client.post("/sql", data=form)
+    assert exported.headers["content-type"].startswith("text/csv")
+    assert exported.text.splitlines()[1:] == ["0", "1", "2"]
+
+
+def test_keys_headers_and_dead_letters_show_as_text(estate, console_of, stream_factory):
+    """Markup in a key, a header's value and a dead letter's payload and detail is shown as
+    text on every page that shows it."""
+    stream = stream_factory(name_prefix="console-markup")
+    dlq = stream_factory(name_prefix="console-markup-dlq")
+    markup = "<img src=x onerror=alert(1)>"
+    with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+        pub.publish(Record(b"plain", key=markup.encode(), headers=[("h", SCRIPT)]), 60)
+    with Publisher(estate.cluster, PublisherConfig(stream=dlq)) as pub:
+        failed = Record(SCRIPT, key=markup.encode())
+        pub.publish(letter(failed, Reason.FAILED, markup, f"{stream.name}/0/0"), 60)
+    with SqlStore(estate.db) as store:
+        Archiver(
+            estate.cluster, store, [dlq], group=f"arch-{uuid.uuid4().hex[:8]}",
+            consumer_config={"session.timeout.ms": 6000},
+        ).run(until_caught_up=True)  # fmt: skip
+    client = console_of()
+    escaped_markup = "&lt;img src=x onerror=alert(1)&gt;"
+    escaped_script = "&lt;script&gt;window.__pwned = 1&lt;/script&gt;"
+    records = client.get(f"/streams/{stream.name}", params={"q": "plain"}).text
+    letters = client.get("/dlq", params={"stream": dlq.name}).text
+    for page in (records, letters):
+        assert markup not in page and SCRIPT.decode() not in page
+        assert escaped_markup in page
+    assert escaped_script in records and escaped_script in letters
+
+
+def test_every_answer_keeps_foreign_scripts_and_frames_out(estate, console_of):
+    client = console_of()
+    answers = [
+        client.get("/"),
+        client.get(f"/streams/{estate.stream}"),
+        client.get("/api/streams"),
+        client.get("/static/console.css"),
+        client.get("/", headers={"Host": "evil.example"}),  # a refusal too
+    ]
+    for answer in answers:
+        policy = answer.headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answers[-1].status_code == 403
+
+
+def test_the_durable_page_shows_each_client_its_marker_and_backlog(estate, console_of):
+    """A durable client that connected (its marker: the end offsets then) and went away;
+    two records came since."""
+    stream = StreamConfig(name=estate.stream, partitions=1)
+    durable_id = f"console-d-{uuid.uuid4().hex[:6]}"
+    live = threading.Event()
+    config = SubscriberConfig(
+        stream=stream, durable_id=durable_id, durable_registry=estate.db,
+        lease_timeout_ms=4_000, durable_timeout_s=3_600, on_live=live.set,
+    )  # fmt: skip
+    with Subscriber(estate.cluster, config) as client_of_durable:
+
+        def replayed() -> bool:  # polled until its replay is over (on_live)
+            client_of_durable.poll(100)
+            return live.is_set()
+
+        eventually(replayed, 60)
+        client_of_durable.confirm()
+    with Publisher(estate.cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(2):
+            pub.publish(Record(b"later %d" % i), 60)
+    client = console_of()
+    [row] = [
+        c for c in client.get("/api/durable").json()["clients"] if c["durable_id"] == durable_id
+    ]
+    assert row["state"] == "away" and row["markers"] == {estate.stream: {"0": 35}}
+    assert isinstance(row["marker_ms"], int) and row["backlog"] == 2
+    page = client.get("/durable").text
+    assert durable_id in page and f"{estate.stream}[0] 35" in page

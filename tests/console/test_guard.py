@@ -4,6 +4,10 @@ test_console.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -13,7 +17,7 @@ from starlette.testclient import TestClient
 
 from bolide.console.guard import SESSION_COOKIE, Guard, session_value
 from bolide.console.pages import lag_points
-from bolide.console.settings import ConsoleSettings, is_loopback
+from bolide.console.settings import TOKEN_ENV, ConsoleSettings, is_loopback
 from bolide.facade import Cluster
 
 TOKEN = "a-console-token-of-thirty-chars"
@@ -96,3 +100,21 @@ def test_settings_refuse_an_open_door():
 def test_the_lag_chart_spans_its_samples():
     assert lag_points([]) == "" and lag_points([(0, 5)]) == ""
     assert lag_points([(1000, 0), (2000, 10), (3000, 5)]) == "0.0,160.0 300.0,0.0 600.0,80.0"
+
+
+def test_the_command_refuses_to_open_beyond_loopback_without_a_token():
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    command = [sys.executable, "-m", "bolide.cli", "console", "-b", "127.0.0.1:1"]
+    refused = subprocess.run(
+        [*command, "--host", "0.0.0.0"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and TOKEN_ENV in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    short = subprocess.run(
+        [*command, "--host", "0.0.0.0"],
+        env={**env, TOKEN_ENV: "short"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert short.returncode == 2 and "at least 16" in short.stderr, short.stderr

@@ -39,3 +39,26 @@ def test_the_console_sees_what_its_user_may_and_says_what_it_may_not(
         assert refused.status_code in (403, 404), refused.text
         page = client.get(f"/streams/{hidden.name}")
         assert page.status_code in (403, 404) and "Traceback" not in page.text
+
+
+def test_a_stream_the_user_may_describe_but_not_read_is_a_refusal_with_its_acl(
+    secured: EmbeddedBroker, user_factory: UserFactory
+) -> None:
+    """The stream is listed (DESCRIBE), and a search of it is refused by the broker (no
+    READ): a 403 naming the ACL to grant, on the API and on the page, not a stack trace."""
+    from starlette.testclient import TestClient
+
+    described = new_stream(secured, "console-described")
+    with Publisher(secured.cluster(), PublisherConfig(stream=described)) as pub:
+        pub.publish(Record(b"private", key=b"k"), 60)
+    user = user_factory([(ResourceType.TOPIC, described.name, AclOperation.DESCRIBE)])
+    app = create_app(ConsoleSettings(user), sample=False)
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
+        names = [s["stream"] for s in client.get("/api/streams").json()["streams"]]
+        assert described.name in names
+        refused = client.get(f"/api/streams/{described.name}/records", params={"key": "k"})
+        assert refused.status_code == 403, refused.text
+        assert "READ" in refused.json()["error"] and described.name in refused.json()["error"]
+        page = client.get(f"/streams/{described.name}", params={"key": "k"})
+        assert page.status_code == 403 and "READ" in page.text
+        assert "Traceback" not in page.text and "private" not in page.text
