@@ -12,11 +12,13 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from bolide.demo.orders import ORDER_SCHEMA, SYMBOLS
+from bolide.demo.report import console_hint
 from bolide.facade import AvroSerde
 from bolide.stores import SqlStore
 
@@ -107,3 +109,20 @@ def test_the_archive_itself_holds_every_symbol_in_order(
     for symbol, numbers in seqs.items():
         assert numbers == list(range(len(numbers))), symbol  # one partition, in order
         assert len(partition_of[symbol]) == 1, symbol  # a message group stays on its partition
+
+
+def test_the_report_ends_with_how_to_open_the_console() -> None:
+    """On a broker that stays (``-b``, ``--workdir``): the command that opens the console on
+    the demo's data; on its own embedded broker, which is gone once it ends: how to run it
+    on one that stays."""
+    kept = SimpleNamespace(
+        workdir=Path("demo"), embedded=False, bootstrap="kafka-1:9092",
+        db="sqlite:///demo/bolide-demo.db",
+    )  # fmt: skip
+    assert console_hint(kept) == (  # type: ignore[arg-type]
+        "open it in the web console: bolide console -b kafka-1:9092 "
+        "--db sqlite:///demo/bolide-demo.db"
+    )
+    gone = SimpleNamespace(workdir=None, embedded=True, bootstrap="127.0.0.1:1", db="x")
+    hint = console_hint(gone)  # type: ignore[arg-type]
+    assert "bolide broker --port 9092" in hint and "bolide console -b 127.0.0.1:9092" in hint

@@ -25,6 +25,7 @@ import pytest
 
 from bolide.console.api import READ_ONLY
 from bolide.console.settings import TOKEN_ENV
+from bolide.facade import Publisher, PublisherConfig, Record, StreamConfig
 from tests.conftest import eventually
 from tests.console.conftest import TOKEN, Estate
 
@@ -130,6 +131,11 @@ def test_every_page_renders_in_a_browser(estate, serve, browser, tmp_path):
     nav = browser.find_element(By.TAG_NAME, "nav")
     assert nav.value_of_css_property("background-color") == "rgba(29, 36, 48, 1)"
     shot(browser, tmp_path, "overview")
+    # The overview refreshes itself (htmx, every 5 s): a record published now shows up in
+    # its stream's end offset without a reload.
+    with Publisher(estate.cluster, PublisherConfig(stream=StreamConfig(name=estate.stream))) as pub:
+        pub.publish(Record(b"one more", key=b"k0"), 60)
+    eventually(lambda: _row_of(browser, estate.stream).split()[3:4] == ["36"], 60)
     page = text_of(f"/streams/{estate.stream}?key=k7")
     assert "<script>window.__pwned = 1</script>" in page  # shown as text
     assert browser.execute_script("return window.__pwned === undefined")  # never ran
@@ -153,6 +159,17 @@ def test_every_page_renders_in_a_browser(estate, serve, browser, tmp_path):
     browser.find_element(By.ID, "replay").click()
     eventually(lambda: shown(browser, "note", "replay: 1 dead letter"), 60)
     shot(browser, tmp_path, "dlq")
+
+
+def _row_of(browser: object, stream: str) -> str:
+    """The overview's row of ``stream`` as shown now (``""`` while the table is swapped)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        rows = browser.find_elements("css selector", "#streams tbody tr")  # type: ignore[attr-defined]
+        return next((r.text for r in rows if r.text.split()[:1] == [stream]), "")
+    except StaleElementReferenceException:
+        return ""
 
 
 def _chart_drawn(browser: object, url: str) -> bool:
