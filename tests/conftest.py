@@ -222,6 +222,23 @@ def cluster_with_starts(
     return trim
 
 
+@contextlib.contextmanager
+def http_served(handler: Callable[..., Any]) -> Iterator[int]:
+    """An HTTP server of ``handler`` (a ``BaseHTTPRequestHandler`` class or factory) on a
+    free port of 127.0.0.1, in a thread; its port."""
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
 def eventually(check: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.05) -> Any:
     """Retry ``check`` until it returns a truthy value; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from bolide.console.api import READ_ONLY
 from bolide.console.settings import TOKEN_ENV
 from bolide.facade import Publisher, PublisherConfig, Record, StreamConfig
-from tests.conftest import eventually
+from tests.conftest import eventually, http_served
 from tests.console.conftest import TOKEN, Estate
 
 pytestmark = [pytest.mark.kafka]
@@ -259,11 +258,5 @@ def _replayed(served: str, dlq: str) -> list[list[str]]:
 def _site(folder: Path) -> Iterator[str]:
     """Serve ``folder`` over HTTP on another port of 127.0.0.1 (another origin); its URL."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_served(handler) as port:
+        yield f"http://127.0.0.1:{port}"

@@ -85,32 +85,17 @@ def test_a_new_owner_loads_the_tiers_past_a_transaction_left_open(cluster, strea
     waits for that transaction to end, so k is parked and its record 1 runs after 0. Found
     by a cooperative join: a load that stopped at the last stable offset missed the copy,
     and record 1 ran first."""
-    stream = stream_factory()
-    tier = RetryTier(delay_s=0.1)
-    name = tier.stream_for(stream.name)
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
-        for i in range(2):
-            pub.publish_async(Record(b"%d" % i, key=b"k"))
-        assert pub.flush(60) == 0
-    ensure_topic(cluster, StreamConfig(name=name, partitions=1))
+    stream, tier, name = _keyed_with_tier(cluster, stream_factory(), 2)
     zombie = _open_transaction(cluster, name, partition=0)
     tier_copy(cluster, stream.name, name, b"k", 0, attempts=1)
     group = fresh_group()
     confirm_source(cluster, group, stream.name, 1)
-    order: list[int] = []
     sub = grouped(cluster, stream, group)
     try:
-        with caplog.at_level(logging.INFO, logger="bolide.facade.parallel"):
-            sub.attach_receiver(
-                lambda r: order.append(r.offset or 0),
-                concurrency=2,
-                retry=Retry(attempts=1, backoff_s=0, tiers=[tier]),
-            )
-            waits = "waits for a transaction still open"
-            eventually(lambda: waits in caplog.text or order, 60)
-            assert order == []  # record 1 waits: k may be parked in the open transaction
-            zombie.abort_transaction(30)
-            eventually(lambda: len(order) >= 2, 60)
+        order = _receiving_while_a_load_waits(sub, tier, caplog)
+        assert order == []  # record 1 waits: k may be parked in the open transaction
+        zombie.abort_transaction(30)
+        eventually(lambda: len(order) >= 2, 60)
     finally:
         sub.close()
     assert order == [0, 1]
@@ -156,26 +141,12 @@ def test_a_copy_of_another_writer_met_by_the_load_does_not_hold_the_partition_fo
     once, the second past the load's end, which holds the partition until this member
     proves its generation. Once it has, both copies run; the load let go of the partition
     only when no such copy was met, so the partition stayed held until its next revoke."""
-    stream = stream_factory()
-    tier = RetryTier(delay_s=0.1)
-    name = tier.stream_for(stream.name)
-    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
-        for i in range(3):
-            pub.publish_async(Record(b"%d" % i, key=b"k"))
-        assert pub.flush(60) == 0
-    ensure_topic(cluster, StreamConfig(name=name, partitions=1))
+    stream, tier, name = _keyed_with_tier(cluster, stream_factory(), 3)
     group = fresh_group()
     zombie = _open_transaction(cluster, name, partition=0, copy_of=(stream.name, 0))
-    order: list[int] = []
     sub = grouped(cluster, stream, group)
     try:
-        with caplog.at_level(logging.INFO, logger="bolide.facade.parallel"):
-            sub.attach_receiver(
-                lambda r: order.append(r.offset or 0),
-                concurrency=2,
-                retry=Retry(attempts=1, backoff_s=0, tiers=[tier]),
-            )
-            eventually(lambda: "waits for a transaction still open" in caplog.text, 60)
+        order = _receiving_while_a_load_waits(sub, tier, caplog)
         other = _open_transaction(cluster, name, partition=0, copy_of=(stream.name, 1))
         other.commit_transaction(30)  # behind the open one: read with it, past the load's end
         zombie.commit_transaction(30)
@@ -183,6 +154,36 @@ def test_a_copy_of_another_writer_met_by_the_load_does_not_hold_the_partition_fo
     finally:
         sub.close()
     assert _first_runs(order) == [0, 1, 2]
+
+
+def _receiving_while_a_load_waits(sub, tier: RetryTier, caplog) -> list[int]:
+    """Attach to ``sub`` a receiver with ``tier`` that notes each offset it handles, and
+    wait until its load says that it waits for a transaction still open (or a record ran);
+    the offsets handled, as they come."""
+    order: list[int] = []
+    with caplog.at_level(logging.INFO, logger="bolide.facade.parallel"):
+        sub.attach_receiver(
+            lambda r: order.append(r.offset or 0),
+            concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[tier]),
+        )
+        eventually(lambda: "waits for a transaction still open" in caplog.text or order, 60)
+    return order
+
+
+def _keyed_with_tier(
+    cluster, stream: StreamConfig, count: int
+) -> tuple[StreamConfig, RetryTier, str]:
+    """``stream`` with records ``b"0"`` to ``count - 1`` of key ``k``, and its first tier
+    (0.1 s), whose stream is made before any receiver: the tier, and the stream's name."""
+    tier = RetryTier(delay_s=0.1)
+    name = tier.stream_for(stream.name)
+    with Publisher(cluster, PublisherConfig(stream=stream)) as pub:
+        for i in range(count):
+            pub.publish_async(Record(b"%d" % i, key=b"k"))
+        assert pub.flush(60) == 0
+    ensure_topic(cluster, StreamConfig(name=name, partitions=1))
+    return stream, tier, name
 
 
 def _first_runs(offsets: list[int]) -> list[int]:

@@ -11,10 +11,9 @@ import io
 import json
 import logging
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from bolide.facade.redaction import redact, redact_text, redact_url
 from bolide.facade.schemas.avro import AvroSerde
 from bolide.facade.schemas.registry import ConfluentSchemaRegistry
 from bolide.stores import SqlStore
+from tests.conftest import http_served
 from tests.reliability.conftest import make_db_url
 
 pytestmark = pytest.mark.reliability
@@ -167,15 +167,8 @@ class _Registry(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def registry_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with http_served(_Registry) as port:
+        yield f"127.0.0.1:{port}"
 
 
 def test_registry_url_credentials_authenticate_without_reaching_logs(
