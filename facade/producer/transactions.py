@@ -72,6 +72,9 @@ class Transactions:
             within it).
         overrun_grace_s: How long past ``timeout_s`` a call is waited for before the
             publisher is left to it and ends.
+        init_within_s: How long initialising is tried again while the broker answers that
+            it cannot yet (an earlier producer's transaction with the id is still being
+            ended); one call's timeout by default.
 
     Raises:
         ProducerFencedError: Initialising was refused for fencing.
@@ -86,6 +89,7 @@ class Transactions:
         timeout_s: float = 30.0,
         transaction_timeout_s: float = 60.0,
         overrun_grace_s: float = OVERRUN_GRACE_S,
+        init_within_s: float | None = None,
     ) -> None:
         self._producer = producer
         self.transactional_id = transactional_id
@@ -98,7 +102,11 @@ class Transactions:
         self._closed = False
         self._ended: TransactionError | None = None  # fenced, or a fatal error
         self._after_commit: list[Callable[[], None]] = []
-        self._run("initialise transactions", lambda: producer.init_transactions(timeout_s))
+        self._run(
+            "initialise transactions",
+            lambda: producer.init_transactions(timeout_s),
+            within_s=init_within_s,
+        )
 
     # -- state -------------------------------------------------------------------------------
 

@@ -174,6 +174,10 @@ class TierWriter:
             self._streams,
             timeout_s=self._timeout_s,
             transaction_timeout_s=2 * self._timeout_s,
+            # A member started again with its id (static, or named after its slot) waits for
+            # the coordinator to end its predecessor's open round: within that round's
+            # transaction timeout, or once the brokers that hold its partitions answer.
+            init_within_s=4 * self._timeout_s,
         )
         return producer, txn
 

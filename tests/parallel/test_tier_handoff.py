@@ -217,3 +217,36 @@ def _open_transaction(
         producer.produce(tier, value=b"%d" % offset, key=b"k", partition=0, headers=headers)
     assert producer.flush(30) == 0
     return producer
+
+
+def test_a_receiver_started_again_with_its_id_ends_its_predecessors_open_round(
+    cluster, stream_factory
+):
+    """The predecessor (same transactional id) was killed inside a round: a copy of k's
+    record 0 in a transaction left open, due in an hour. The new receiver's attach ends
+    that round at once (aborted, so the copy is never read) instead of its load waiting
+    for the transaction timeout, and k's records run from the source."""
+    stream, tier, name = _keyed_with_tier(cluster, stream_factory(), 2)
+    transactional_id = f"tiers-{uuid.uuid4().hex[:8]}"
+    predecessor = Producer(
+        cluster.client_config(
+            PRODUCER_DEFAULTS,
+            {"transactional.id": transactional_id, "transaction.timeout.ms": 600_000},
+        )
+    )
+    predecessor.init_transactions(30)
+    predecessor.begin_transaction()
+    headers = [(ORIGIN_HEADER, f"{stream.name}/0/0".encode()), (ATTEMPTS_HEADER, b"1")]
+    predecessor.produce(name, value=b"0", key=b"k", partition=0, headers=headers)
+    assert predecessor.flush(30) == 0
+    order: list[int] = []
+    sub = grouped(cluster, stream, fresh_group())
+    try:
+        sub.attach_receiver(
+            lambda r: order.append(r.offset or 0), concurrency=2,
+            retry=Retry(attempts=1, backoff_s=0, tiers=[tier], transactional_id=transactional_id),
+        )  # fmt: skip
+        eventually(lambda: len(order) >= 2, 60)  # long before the predecessor's 600 s
+    finally:
+        sub.close()
+    assert _first_runs(order) == [0, 1]
