@@ -141,7 +141,7 @@ def test_every_page_renders_in_a_browser(estate, serve, browser, tmp_path):
     shot(browser, tmp_path, "stream")
     # The lag chart is drawn by the vendored uPlot once the console has two samples.
     eventually(lambda: _chart_drawn(browser, f"{served}/groups/{estate.group}"), 60)
-    assert shown(browser, "lag", "25")
+    assert shown(browser, "lag", "26")  # 10 committed, 36 with the record published above
     shot(browser, tmp_path, "group")
     text_of("/sql")
     browser.find_element(By.NAME, "query").send_keys(
