@@ -223,14 +223,17 @@ def durable_rows(console: Console) -> list[dict[str, Any]]:
             "away_s": round(c.away_s, 3),
             "timeout_s": c.timeout_s,
             "backlog": c.total,
-            "partitions": {
-                s: {str(p): n for p, n in parts.items()} for s, parts in c.backlog.items()
-            },
+            "partitions": _json_keys(c.backlog),
             "marker_ms": c.marker_ms,
-            "markers": {s: {str(p): o for p, o in parts.items()} for s, parts in c.markers.items()},
+            "markers": _json_keys(c.markers),
         }
         for c in console.durable()
     ]
+
+
+def _json_keys(per_stream: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    """Stream -> partition -> offset or count, its partitions as JSON object keys."""
+    return {s: {str(p): n for p, n in parts.items()} for s, parts in per_stream.items()}
 
 
 def found_rows(found: Found) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaError, TopicPartition
 
 from bolide.console.settings import ConsoleSettings
-from bolide.facade.errors import AuthorizationError, BrokerError
+from bolide.facade.errors import BrokerError
 from bolide.facade.kafka import probe_consumer
 from bolide.facade.kafka.fatal import Scope, fatal_error
 from bolide.facade.ops.inventory import TopicInfo
@@ -210,21 +210,16 @@ def _matches(record: Record, wanted: Search) -> bool:
 
 
 def _raise(stream: str, error: KafkaError) -> None:
-    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # names the ACL to grant
-        typed = fatal_error(error, Scope("subscriber", stream))
-        if typed is not None:
-            raise typed
-    if error.code() in (
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-    ):
-        raise AuthorizationError(
-            f"reading {stream} refused: {error.str()}",
-            resource_type="topic",
-            resource=stream,
-            cause=error,
-            stream=stream,
-        )
+    """A Kafka read's failure, typed: a topic the user may not read is the one ACL refusal
+    the caller lets through (its probe group's is skipped), named with the ACL to grant
+    (``fatal_error``); anything else is the broker's."""
+    refusal = (
+        fatal_error(error, Scope("subscriber", stream))
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        else None
+    )
+    if refusal is not None:
+        raise refusal
     raise BrokerError(f"reading {stream} failed: {error.str()}", stream=stream)
 
 
