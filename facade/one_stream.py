@@ -32,8 +32,8 @@ from bolide.facade.consumer.client import (
     partitions_arg,
 )
 from bolide.facade.consumer.lifecycle import Lifecycle
+from bolide.facade.consumer.membership import membership_of
 from bolide.facade.durable import DurableSession
-from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
 from bolide.facade.parallel import ReceiverOptions, new_receiver
@@ -75,13 +75,16 @@ class OneStreamSubscriber(Lifecycle):
             )
         self.stream = config.single
         self.topic = self.stream.name
-        self.grouped = config.grouped
-        self.group_id = group_id(config)
+        # In a group or not, chosen here once: nothing else asks.
+        self.membership = membership = membership_of(config, group_id(config))
+        self.group_id = membership.group_id
         # Held while talking to the consumer; user callbacks wait until it is let go.
         self._lock = HookLock()
         self._report = error_reporter(config.error_handler, self._lock)
         # Settings are checked when the client is built: a bad one fails before any topic work.
-        self._consumer, refusals = new_consumer(cluster, config, self.group_id, self._report)
+        self._consumer, refusals = new_consumer(
+            cluster, config, self.group_id, self._report, membership.settings(cluster, config)
+        )
         try:
             self.partitions = ensure_topic(cluster, self.stream)
             parts = assemble(
@@ -89,7 +92,7 @@ class OneStreamSubscriber(Lifecycle):
                 config,
                 self._consumer,
                 self.partitions,
-                group_id=self.group_id,
+                membership=membership,
                 report=self._report,
                 lock=self._lock,
                 closed=lambda: self._closed,
@@ -105,16 +108,18 @@ class OneStreamSubscriber(Lifecycle):
         self._fetcher, self._lease = parts.fetcher, parts.lease
         self._receiver_hooks = parts.receiver_hooks
         self.scheme = self._positions.scheme
-        parts.start(config, self.group_id, self.partitions)
+        parts.start(self.partitions)
         if TELEMETRY is not None:
             TELEMETRY.watch(self)
 
     def is_assigned(self) -> bool:
         """True when this subscriber holds the lease (always true when ungrouped)."""
-        if not self.grouped:
-            return True
+        return self.membership.assigned(self._held)
+
+    def _held(self) -> bool:
+        """Serve the group (its rebalances run); whether any partition is held now."""
         with self._lock:
-            if not self._closed and not self._fetcher.deactivated:
+            if not self._closed and not self._lease.deactivated:
                 self._fetcher.serve(self.config.max_batch)
             return bool(self._assigned)
 
@@ -123,20 +128,18 @@ class OneStreamSubscriber(Lifecycle):
         """True once the subscriber group has given this subscriber an assignment (maybe an
         empty one: a group may have more members than partitions); always true when
         ungrouped. ``is_assigned`` and ``poll`` serve the join."""
-        return not self.grouped or self._lease.rebalances > 0
+        return self.membership.joined(self._lease)
 
     def deactivate(self) -> None:
         """Give up the lease (grouped only); ``reactivate`` seeks it again."""
-        if not self.grouped:
-            raise IllegalSubscriberStateError("deactivate is for grouped subscribers only")
+        self.membership.needs_group("deactivate is for grouped subscribers only")
         with self._lock:
             self._check_open()
             self._lease.deactivate()
 
     def reactivate(self) -> None:
         """Seek the lease again after ``deactivate`` (grouped only)."""
-        if not self.grouped:
-            raise IllegalSubscriberStateError("reactivate is for grouped subscribers only")
+        self.membership.needs_group("reactivate is for grouped subscribers only")
         with self._lock:
             self._check_open()
             self._lease.reactivate()
@@ -208,8 +211,7 @@ class OneStreamSubscriber(Lifecycle):
             ValueError: ``offset`` is negative, ``partition`` is missing on a
                 multi-partition stream, or ``stream`` is not one this subscriber reads.
         """
-        if self.grouped:
-            raise IllegalSubscriberStateError("seek is for ungrouped subscribers only")
+        self.membership.needs_no_group("seek is for ungrouped subscribers only")
         check_int("offset", offset)
         self._stream_arg(stream)
         p = self._partition_arg(partition)
@@ -230,8 +232,7 @@ class OneStreamSubscriber(Lifecycle):
                 stream's, or ``stream`` is not one this subscriber reads.
             BrokerError: The broker refused or did not answer the lookup.
         """
-        if self.grouped:
-            raise IllegalSubscriberStateError("seek_to_time is for ungrouped subscribers only")
+        self.membership.needs_no_group("seek_to_time is for ungrouped subscribers only")
         check_int("timestamp_ms", timestamp_ms)
         self._stream_arg(stream)
         if partition is None:
@@ -337,13 +338,13 @@ class OneStreamSubscriber(Lifecycle):
         """``confirm`` against ``read`` (the last record handed out per partition; by default
         the last each poll returned), bounded by a running parallel receiver's safe points
         unless not ``limited`` (the receiver's own confirms, computed from them)."""
-        if not self.grouped and conn is None:
-            raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
+        if conn is None:
+            self.membership.needs_group("confirm is for grouped subscribers only")
         if offset is not None:
             check_int("offset", offset)
         p = 0 if offset is None else self._partition_arg(partition)
         limit = self._receiver_hooks.limit if limited else None
-        deactivated = self._fetcher.deactivated
+        deactivated = self._lease.deactivated
         positions = self._confirms.targets(
             offset, p, deactivated=deactivated, read=read, held_only=conn is not None
         )
@@ -366,10 +367,10 @@ class OneStreamSubscriber(Lifecycle):
         """Lease held, last poll, lag per held partition (read from the log ends unless
         ``lag=False``) and closed, as a ``bolide.facade.health.Health``."""
         with self._lock:
-            held = [] if self._fetcher.deactivated or self._closed else sorted(self._assigned)
+            held = [] if self._lease.deactivated or self._closed else sorted(self._assigned)
             nexts = self._state.nexts()
             at = {(self.topic, p): nexts.get(p) for p in held}
-        group, last = (self.group_id if self.grouped else None), self._fetcher.last_poll_ms
+        group, last = self.membership.group, self._fetcher.last_poll_ms
         return measure(self.cluster, "subscriber", group, (self.topic,), at, closed=self._closed,
                        last_poll_ms=last, lag=lag)  # fmt: skip
 
@@ -379,8 +380,7 @@ class OneStreamSubscriber(Lifecycle):
         """The group's confirmed positions (next offset to read) per partition of ``stream``
         (which a subscriber of several streams needs)."""
         self._stream_arg(stream)
-        if not self.grouped:
-            raise IllegalSubscriberStateError("ungrouped subscribers confirm nothing")
+        self.membership.needs_group("ungrouped subscribers confirm nothing")
         parts = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         with self._lock:
             result = committed_offsets(self._consumer, parts, timeout_s)
@@ -457,8 +457,7 @@ class OneStreamSubscriber(Lifecycle):
             if self._closed:
                 return
             self._closed = True
-            self._core.close(self.grouped, keep_alive, failed=failed)
+            self._core.close(keep_alive, failed=failed)
 
     def __repr__(self) -> str:
-        kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
-        return f"Subscriber(stream={self.topic!r}, {kind})"
+        return f"Subscriber(stream={self.topic!r}, {self.membership.label()})"

@@ -196,7 +196,7 @@ class ParallelReceiver(Receiver):
         self._resume_at = max_in_flight // 2
         # Kafka's group offsets only: positions kept in the application's database are
         # confirmed in its transactions (``metrics().safe`` says how far is finished).
-        self._confirm = auto_confirm and host.grouped and host.config.positions is None
+        self._confirm = auto_confirm and host.membership.commits and host.config.positions is None
         self._confirmed: dict[int, int] = {}
         self._noted: dict[int, set[int]] = {}  # finished above the safe point, kept already
         self._confirm_lock = threading.Lock()
@@ -330,7 +330,7 @@ class ParallelReceiver(Receiver):
     def _serve(self) -> None:
         """Call the consumer without taking records: rebalances run, the lease holds."""
         host = self._host
-        if host.grouped and not host.closed:
+        if not host.closed:  # an ungrouped subscriber's serve returns at once
             try:
                 host.serve()
             except Exception as exc:

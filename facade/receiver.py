@@ -63,6 +63,26 @@ RevokeListener: TypeAlias = Callable[[list[int], bool], None]
 ConfirmLimit: TypeAlias = Callable[[dict[int, int], int | None], dict[int, int]]
 
 
+class Member(Protocol):
+    """What a receiver reads of its subscriber's membership (``bolide.facade.consumer.
+    membership``: in a consumer group or not, chosen once).
+
+    Attributes:
+        group: The consumer group reported; ``None`` without one.
+        commits: Confirms reach the consumer group's offsets.
+    """
+
+    @property
+    def group(self) -> str | None: ...
+
+    @property
+    def commits(self) -> bool: ...
+
+    def needs_group(self, message: str, stream: str | None = None) -> None:
+        """Raise ``IllegalSubscriberStateError(message)`` without a consumer group."""
+        ...
+
+
 class StreamReader(Protocol):
     """The public side of a subscriber of one stream.
 
@@ -70,15 +90,17 @@ class StreamReader(Protocol):
         topic: The stream's topic.
         stream: The stream's config.
         config: The subscriber's config.
-        grouped: Whether the subscriber is in a consumer group.
+        membership: In a consumer group or not.
         group_id: Its group id.
     """
 
     topic: str
     stream: StreamConfig
     config: SubscriberConfig
-    grouped: bool
     group_id: str
+
+    @property
+    def membership(self) -> Member: ...
 
     @property
     def closed(self) -> bool:

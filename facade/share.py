@@ -41,6 +41,7 @@ from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.client import error_reporter
 from bolide.facade.consumer.decoding import Decoder
 from bolide.facade.consumer.lifecycle import Lifecycle
+from bolide.facade.consumer.membership import NoGroup
 from bolide.facade.consumer.share_group import configure_group, require_share_groups
 from bolide.facade.deadletter import LetterBox, Reason
 from bolide.facade.errors import (
@@ -102,7 +103,8 @@ class ShareSubscriber(Lifecycle):
             raise TypeError("config must be a SubscriberConfig with share_group")
         self.stream = config.single
         self.topic = self.stream.name
-        self.grouped = False  # not a consumer group: nothing is assigned, nothing committed
+        # Not in a consumer group: nothing is assigned, nothing committed, none reported.
+        self.membership = NoGroup(config.share_group)
         self.share_group = self.group_id = config.share_group
         self._share_lock = threading.Lock()  # a share consumer takes one call at a time
         # Reports run at once: a share subscriber calls no user code under its own lock.

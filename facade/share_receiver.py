@@ -27,7 +27,13 @@ from bolide.facade.config import StreamConfig, SubscriberConfig
 from bolide.facade.consumer.share_group import GroupSettings
 from bolide.facade.deadletter import DeadLetterSink, DeadLetterTarget, Reason, check_dead_letter
 from bolide.facade.errors import IllegalSubscriberStateError
-from bolide.facade.receiver import AsyncRecordHandler, Receiver, ReceiverMetrics, RecordHandler
+from bolide.facade.receiver import (
+    AsyncRecordHandler,
+    Member,
+    Receiver,
+    ReceiverMetrics,
+    RecordHandler,
+)
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.retry import Retry
 from bolide.facade.telemetry import TELEMETRY
@@ -46,9 +52,13 @@ class ShareHost(Protocol):
     topic: str
     stream: StreamConfig
     config: SubscriberConfig
-    grouped: bool
     group_id: str
     group_settings: GroupSettings
+
+    @property
+    def membership(self) -> Member:
+        """Not a consumer group's (telemetry reports no group)."""
+        ...
 
     @property
     def closed(self) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 from bolide.facade.config import Cluster, StreamConfig, SubscriberConfig
 from bolide.facade.consumer.client import error_reporter, group_id
 from bolide.facade.consumer.lifecycle import Lifecycle
+from bolide.facade.consumer.membership import membership_of
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.health import Health
 from bolide.facade.kafka import partition_counts
@@ -77,8 +78,9 @@ class StreamsSubscriber(Lifecycle):
         super().__init__(cluster, config)
         if config.stream is not None:
             raise ValueError("this config reads one stream (stream=): read it with Subscriber")
-        self.grouped = config.grouped
-        self.group_id = group_id(config)
+        # In a group or not, chosen here once (each stream's subscriber chooses the same).
+        self.membership = membership_of(config, group_id(config))
+        self.group_id = self.membership.group_id
         # No lock of this subscriber's is held while a handler runs: reports run at once.
         self._report = error_reporter(config.error_handler, HookLock())
         self._guard = threading.Lock()  # the streams, the receivers, closing
@@ -186,7 +188,7 @@ class StreamsSubscriber(Lifecycle):
         check_int("timeout_ms", timeout_ms)
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
-        if self.grouped and self._settle_until and not self._settle(deadline):
+        if self._settle_until and not self._settle(deadline):
             return RecordBatch()
         wait_ms = 0  # the first turn takes what is there already
         while True:
@@ -238,8 +240,7 @@ class StreamsSubscriber(Lifecycle):
         """Move to the first record at or after ``timestamp_ms`` (ungrouped only): on
         ``partition`` of ``stream``, on every partition of ``stream``, or of every stream."""
         self._check_open()
-        if self.grouped:
-            raise IllegalSubscriberStateError("seek_to_time is for ungrouped subscribers only")
+        self.membership.needs_no_group("seek_to_time is for ungrouped subscribers only")
         check_int("timestamp_ms", timestamp_ms)
         if stream is None and partition is None:
             for sub in self._all():
@@ -272,15 +273,15 @@ class StreamsSubscriber(Lifecycle):
             return [(sub, None) for sub in self._all()]
         if isinstance(partitions, int | tuple):
             raise TypeError("partitions must be an iterable of partitions (a list), or None")
-        grouped: dict[str, list[int]] = {}
+        by_stream: dict[str, list[int]] = {}
         for item in partitions:
             if isinstance(item, tuple):
                 stream, part = item
                 sub = self._inner(stream)
             else:
                 sub, part = self._inner(None), item  # one stream: a number will do
-            grouped.setdefault(sub.topic, []).append(part)
-        return [(self._inner(name), parts) for name, parts in grouped.items()]
+            by_stream.setdefault(sub.topic, []).append(part)
+        return [(self._inner(name), parts) for name, parts in by_stream.items()]
 
     # -- confirms ------------------------------------------------------------------------------
 
@@ -297,8 +298,8 @@ class StreamsSubscriber(Lifecycle):
         ``conn``, every stream's positions are written in that one transaction."""
         self._check_open()
         if offset is None and stream is None:
-            if not self.grouped and conn is None:
-                raise IllegalSubscriberStateError("confirm is for grouped subscribers only")
+            if conn is None:
+                self.membership.needs_group("confirm is for grouped subscribers only")
             for sub in self._all():
                 sub.confirm(conn=conn)
         else:
@@ -319,21 +320,18 @@ class StreamsSubscriber(Lifecycle):
     def is_assigned(self) -> bool:
         """True when this subscriber holds partitions of any of its streams (always true when
         ungrouped)."""
-        if not self.grouped:
-            return True
-        return any([sub.is_assigned() for sub in self._all()])  # each serves its group
+        # Each serves its group: every one is called.
+        return self.membership.assigned(lambda: any([s.is_assigned() for s in self._all()]))
 
     def deactivate(self) -> None:
         """Give up the lease on every stream (grouped only)."""
-        if not self.grouped:
-            raise IllegalSubscriberStateError("deactivate is for grouped subscribers only")
+        self.membership.needs_group("deactivate is for grouped subscribers only")
         for sub in self._all():
             sub.deactivate()
 
     def reactivate(self) -> None:
         """Seek the lease again on every stream (grouped only)."""
-        if not self.grouped:
-            raise IllegalSubscriberStateError("reactivate is for grouped subscribers only")
+        self.membership.needs_group("reactivate is for grouped subscribers only")
         for sub in self._all():
             sub.reactivate()
 
@@ -343,7 +341,7 @@ class StreamsSubscriber(Lifecycle):
         polls = [h.last_poll_ms for h in each if h.last_poll_ms is not None]
         return Health(
             kind="subscriber",
-            group=self.group_id if self.grouped else None,
+            group=self.membership.group,
             streams=self.streams,
             closed=self._closed,
             lease_held=any(h.lease_held for h in each),
@@ -410,10 +408,9 @@ class StreamsSubscriber(Lifecycle):
             raise first
 
     def __repr__(self) -> str:
-        kind = f"group={self.group_id!r}" if self.grouped else "ungrouped"
         pattern = self.config.pattern
         source = f"pattern={pattern!r}" if pattern else f"streams={list(self._parts)}"
-        return f"Subscriber({source}, {kind})"
+        return f"Subscriber({source}, {self.membership.label()})"
 
 
 class StreamReceivers(Receiver):

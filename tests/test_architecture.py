@@ -185,3 +185,31 @@ def test_the_check_finds_a_consumer_call_and_a_position_reached() -> None:
         "    sub.seek(0)\n"
     )
     assert _state_reaches(tree) == ["line 2: self._consumer.seek", "line 3: positions.last_read"]
+
+
+#: Where a subscriber's membership is chosen (``membership_of``), and the config whose
+#: ``grouped`` it reads (and checks its own settings by).
+CHOOSES_MEMBERSHIP = frozenset({"facade/consumer/membership.py", "facade/config.py"})
+
+
+def _grouped_reads(tree: ast.Module) -> list[str]:
+    """Every read of an attribute named ``grouped``: asking a subscriber which kind it is."""
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "grouped"
+    ]
+
+
+@pytest.mark.parametrize("path", list(sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_group_or_no_group_is_chosen_once(path: Path) -> None:
+    """In a consumer group or not is chosen once, when a subscriber is built (``Membership``);
+    everything else calls the membership instead of asking ``grouped``."""
+    if str(path.relative_to(ROOT)) in CHOOSES_MEMBERSHIP:
+        return
+    assert _grouped_reads(ast.parse(path.read_text())) == []
+
+
+def test_the_check_finds_a_grouped_read() -> None:
+    tree = ast.parse("if self.grouped:\n    pass\nx = config.grouped and y\n")
+    assert _grouped_reads(tree) == ["line 1: self.grouped", "line 3: config.grouped"]

@@ -23,7 +23,9 @@ from typing import Any, Self, TypeVar
 
 from bolide.facade.aio._strand import Strand
 from bolide.facade.config import Cluster, SubscriberConfig
+from bolide.facade.consumer.client import group_id
 from bolide.facade.consumer.lifecycle import check_arguments
+from bolide.facade.consumer.membership import membership_of
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.ports import Polled, SubscriberLike
@@ -73,7 +75,8 @@ class AsyncSubscriber:
             )
         self.stream = config.stream
         self.topic = config.stream.name
-        self.grouped = config.grouped
+        # The same choice its Subscriber makes (in a group or not), for ``repr`` before it.
+        self.membership = membership_of(config, group_id(config))
         self._strand = Strand()
         self._sub: Subscriber | None = None
         self._closed = False
@@ -336,8 +339,7 @@ class AsyncSubscriber:
         return sub.marker if sub is not None else {}
 
     def __repr__(self) -> str:
-        kind = f"group={self.config.group!r}" if self.grouped else "ungrouped"
-        return f"AsyncSubscriber(stream={self.topic!r}, {kind})"
+        return f"AsyncSubscriber(stream={self.topic!r}, {self.membership.label()})"
 
 
 def _first_step(sub: SubscriberLike) -> Polled:

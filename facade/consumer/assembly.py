@@ -10,14 +10,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bolide.facade.config import Cluster, InitialOffsetScheme, SubscriberConfig
-from bolide.facade.consumer.client import protocol_of
+from bolide.facade.config import Cluster, SubscriberConfig
 from bolide.facade.consumer.confirms import Confirms
 from bolide.facade.consumer.fetch import Fetcher
 from bolide.facade.consumer.host import ReceiverHooks, ReceiverSeat, SessionHost, SubscriberView
 from bolide.facade.consumer.lease import Lease
+from bolide.facade.consumer.membership import Membership
 from bolide.facade.consumer.positions import Positions, Report
-from bolide.facade.consumer.state import GroupState, ManualState, PartitionState
+from bolide.facade.consumer.state import PartitionState
 from bolide.facade.durable import DurableSession
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.kafka.fatal import Refusals
@@ -32,6 +32,8 @@ class Parts:
     """What a subscriber is made of (see docs/architecture.md)."""
 
     consumer: Consumer
+    #: In a group or not: what joining, the lease, confirms and positions do differently.
+    membership: Membership
     #: The partitions' state (held, positions, read, confirmed, holds): its only writer.
     state: PartitionState
     positions: Positions
@@ -45,7 +47,7 @@ class Parts:
     #: A running parallel receiver's revoke listener and confirm limit.
     receiver_hooks: ReceiverHooks
 
-    def start(self, config: SubscriberConfig, group_id: str, partitions: int) -> None:
+    def start(self, partitions: int) -> None:
         """Claim the durable id, then join the group or assign every partition (where each
         starts: its stored position, else the initial offset scheme). On failure the
         durable claim is given back and the consumer closed (never subscribed: nothing to
@@ -53,17 +55,7 @@ class Parts:
         try:
             if self.durable is not None:
                 self.durable.connect()
-            confirms, positions, every = self.confirms, self.positions, range(partitions)
-            if not config.grouped or positions.scheme is InitialOffsetScheme.NONE:
-                positions.identify(confirms.identifier)  # a member learns it on assignment
-            if config.grouped:
-                if positions.scheme is InitialOffsetScheme.NONE:
-                    stored = confirms.stored(every) if confirms.keeps_positions else None
-                    positions.require_confirmed(group_id, stored)
-                self.lease.subscribe()
-            else:
-                stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
-                positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
+            self.membership.start(self.positions, self.confirms, self.lease, partitions)
         except BaseException:
             try:
                 if self.durable is not None:
@@ -87,9 +79,9 @@ class Parts:
                 "they delivered outside the transaction, and an abort loses it",
                 stream=self.positions.topic,
             )
-        return self.confirms.for_transaction(deactivated=self.fetcher.deactivated)
+        return self.confirms.for_transaction(deactivated=self.lease.deactivated)
 
-    def close(self, grouped: bool, keep_alive: bool, *, failed: bool) -> None:
+    def close(self, keep_alive: bool, *, failed: bool) -> None:
         """Shut the parts down in order: the durable client's last commit, leaving the
         group, the consumer, then confirms, the durable registry and the dead letters."""
         durable = self.durable
@@ -98,9 +90,8 @@ class Parts:
                 durable.before_close(keep_alive, failed=failed)
         finally:
             try:
-                if grouped:
-                    # A deactivated subscriber has left already: no join is on its way.
-                    self.lease.leave(joining=not self.fetcher.deactivated)
+                # A deactivated subscriber has left already: no join is on its way.
+                self.membership.leave(self.lease, joined=not self.lease.deactivated)
                 self.consumer.close()
             finally:
                 self.confirms.close()
@@ -132,44 +123,25 @@ class Parts:
         )
 
 
-def _partition_state(
-    cluster: Cluster, config: SubscriberConfig, consumer: Consumer, partitions: int
-) -> PartitionState:
-    """A group member's partitions (moved one by one under an incremental protocol), else
-    an ungrouped subscriber's: all ``partitions`` of its stream."""
-    topic = config.single.name
-    if not config.grouped:
-        return ManualState(consumer, topic, partitions)
-    return GroupState(consumer, topic, incremental=protocol_of(cluster, config) != "eager")
-
-
 def assemble(
     cluster: Cluster,
     config: SubscriberConfig,
     consumer: Consumer,
     partitions: int,
     *,
-    group_id: str,
+    membership: Membership,
     report: Report,
     lock: HookLock,
     closed: Callable[[], bool],
     refusals: Refusals,
 ) -> Parts:
-    """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of
-    ``partitions``). Nothing talks to Kafka until ``Parts.start``."""
-    topic, grouped = config.single.name, config.grouped
-    state = _partition_state(cluster, config, consumer, partitions)
-    positions = Positions(cluster, config, consumer, state, partitions, report)
-    confirms = Confirms(
-        topic,
-        consumer,
-        positions,
-        grouped=grouped,
-        group_id=group_id,
-        store=config.positions,
-        report=report,
-        lock=lock,
-    )
+    """Build the parts of a subscriber of ``config`` on ``consumer`` (a stream of ``partitions``),
+    in a group or not as ``membership`` says. Nothing talks to Kafka until ``Parts.start``."""
+    topic, group_id, auto = config.single.name, membership.group_id, membership.auto_scheme
+    state = membership.partition_state(cluster, config, consumer, partitions)
+    positions = Positions(cluster, config, consumer, state, partitions, report, auto=auto)
+    confirms = Confirms(topic, consumer, positions, commits=membership.commits, group_id=group_id,
+                        store=config.positions, report=report, lock=lock)  # fmt: skip
     pending: deque[Message | Record] = deque()
     host = SessionHost(consumer, topic, positions, pending, report, lock)
     durable = DurableSession(host, cluster, config, partitions) if config.durable_id else None
@@ -181,10 +153,9 @@ def assemble(
         positions=positions,
         durable=durable,
         report=report,
-        lease_expired=lambda: lease.expired(),  # the lease, built next, drops what is lost
         pending=pending,
         refusals=refusals,
-        claim_again=lambda: lease.claim_again(),
+        may_share=membership.may_share,
     )
     lease = Lease(
         config,
@@ -201,4 +172,6 @@ def assemble(
         lock=lock,
         closed=closed,
     )
-    return Parts(consumer, state, positions, confirms, pending, durable, fetcher, lease, hooks)
+    return Parts(
+        consumer, membership, state, positions, confirms, pending, durable, fetcher, lease, hooks
+    )

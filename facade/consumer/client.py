@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition, libversion
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bolide.facade.config import Cluster, RebalanceProtocol, SubscriberConfig, rebalance_protocol
+from bolide.facade.config import Cluster, SubscriberConfig, rebalance_protocol
 from bolide.facade.durable import durable_group_id
 from bolide.facade.errors import BolideError
 from bolide.facade.kafka import CONSUMER_DEFAULTS, broker_setting, new_client
@@ -28,14 +28,10 @@ __all__ = [
     "new_consumer",
     "partition_arg",
     "partitions_arg",
-    "protocol_of",
     "refused_error",
 ]
 
 log = logging.getLogger("bolide.facade.subscriber")
-
-#: librdkafka 2.12, the first release whose consumer group protocol (KIP-848) is GA.
-_KIP848_GA = 0x020C0000
 
 ErrorHandler = Callable[[str, BaseException | None], None]
 
@@ -55,53 +51,43 @@ def consumer_config(
     group: str,
     on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None = None,
     on_error: Callable[[KafkaError], None] | None = None,
+    *,
+    member: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """librdkafka settings: the defaults, the lease (grouped), then the user's own
-    (``on_commit`` for a consumer that commits, ``on_error`` as its ``error_cb``)."""
-    lease = config.lease_timeout_ms
+    """librdkafka settings: the defaults, the membership's (``member``: a group member's
+    lease, ``Membership.settings``), then the user's own (``on_commit`` for a consumer that
+    commits, ``on_error`` as its ``error_cb``)."""
     own: dict[str, Any] = {
         "group.id": group,
         "client.id": f"bolide-sub-{config.single.name}",
         # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
         "auto.offset.reset": "error",
         "isolation.level": config.isolation,
+        **(member or {}),
     }
     if on_commit is not None:
         own["on_commit"] = on_commit
     if on_error is not None:
         own["error_cb"] = on_error
-    if config.grouped:
-        own["max.poll.interval.ms"] = lease
-        # The consumer protocol keeps the session on the broker
-        # (group.consumer.session.timeout.ms): the lease bounds the polls only.
-        protocol = protocol_of(cluster, config)
-        if protocol == "consumer" and libversion()[1] < _KIP848_GA:
-            raise ValueError(
-                "group.protocol=consumer needs librdkafka 2.12 or later (confluent-kafka 2.12), "
-                f"where Kafka 4's consumer group protocol is GA; this one is {libversion()[0]}"
-            )
-        if protocol != "consumer":
-            own["session.timeout.ms"] = lease
-            own["heartbeat.interval.ms"] = max(100, lease // 10)
     settings = cluster.client_config(CONSUMER_DEFAULTS, own, config.consumer_config)
     rebalance_protocol("Cluster settings", settings)
     return settings
 
 
-def protocol_of(cluster: Cluster, config: SubscriberConfig) -> RebalanceProtocol:
-    """How ``config``'s subscriber rebalances on ``cluster`` (its settings and the cluster's)."""
-    return rebalance_protocol("Cluster settings", cluster.client_config(config.consumer_config))
-
-
 def new_consumer(
-    cluster: Cluster, config: SubscriberConfig, group: str, report: ErrorHandler
+    cluster: Cluster,
+    config: SubscriberConfig,
+    group: str,
+    report: ErrorHandler,
+    member: Mapping[str, Any],
 ) -> tuple[Consumer, Refusals]:
-    """The subscriber's consumer, its failed commits reported to ``report``, and what its
-    ``error_cb`` gets that retrying cannot fix (refused credentials, say), for ``poll`` to
-    raise. Settings are checked as it is built: a bad one fails before any topic work."""
+    """The subscriber's consumer (``member``: its membership's settings), its failed commits
+    reported to ``report``, and what its ``error_cb`` gets that retrying cannot fix (refused
+    credentials, say), for ``poll`` to raise. Settings are checked as it is built: a bad one
+    fails before any topic work."""
     refusals = Refusals(f"subscriber of {config.single.name!r}")
     on_commit = commit_reporter(config.single.name, report)
-    settings = consumer_config(cluster, config, group, on_commit, refusals.error_cb)
+    settings = consumer_config(cluster, config, group, on_commit, refusals.error_cb, member=member)
     return new_client(Consumer, settings, "consumer_config"), refusals
 
 

@@ -39,7 +39,8 @@ class Confirms:
         topic: The stream's topic.
         consumer: The subscriber's Kafka consumer.
         positions: The subscriber's positions (``last_read`` is what a confirm confirms).
-        grouped: The subscriber has a consumer group (a subscriber group or a durable client).
+        commits: The subscriber's consumer group keeps its offsets (``Membership.commits``:
+            a subscriber group or a durable client; an ungrouped one's group is throwaway).
         group_id: Its consumer group id.
         store: Where the positions are kept instead of Kafka, or ``None``.
         report: The subscriber's error handler.
@@ -57,7 +58,7 @@ class Confirms:
         consumer: Consumer,
         positions: Positions,
         *,
-        grouped: bool,
+        commits: bool,
         group_id: str,
         store: PositionStore | None,
         report: Report,
@@ -67,7 +68,7 @@ class Confirms:
         self._consumer = consumer
         self._positions = positions
         self._state = positions.state
-        self._grouped = grouped
+        self._commits = commits
         self._store = store
         self._report = report
         self.group = (store.group or group_id) if store is not None else None
@@ -176,7 +177,7 @@ class Confirms:
         in its metadata, so that the next owner (after a rebalance) skips them."""
         state = self._state
         state.finish(partition, offsets)
-        if self._store is None and self._grouped and partition in state.assigned():
+        if self._store is None and self._commits and partition in state.assigned():
             frontier = state.frontier(partition)
             if frontier >= 0:
                 self.commit({partition: frontier})
@@ -388,7 +389,7 @@ class Confirms:
                 the application's database, or is closed.
             NotAssignedError: Records read on a partition no longer held are not confirmed.
         """
-        if not self._grouped:
+        if not self._commits:
             raise IllegalSubscriberStateError(
                 "a transaction confirms a grouped subscriber's positions (its consumer group "
                 "holds them); this subscriber is ungrouped",
@@ -497,7 +498,7 @@ class Confirms:
                 for p, o in mine.items():
                     self._stored[p] = max(o, self._stored.get(p, -1))
                 self._settle(mine, done)
-            if not self._grouped or not changed:
+            if not self._commits or not changed:
                 return  # an ungrouped subscriber's consumer group is its own, and throwaway
             try:
                 self.commit(changed, note=False)

@@ -11,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from itertools import islice
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -31,6 +32,23 @@ __all__ = ["Fetcher"]
 _MIXED_WAIT_S = 0.01  # longest own-consumer wait while other partitions read the shared ring
 
 
+class LeaseView(Protocol):
+    """What the fetcher asks of the subscriber's lease (``Lease``, which owns this state)."""
+
+    @property
+    def deactivated(self) -> bool:
+        """The subscriber gave its lease up: the consumer is served, nothing is read."""
+        ...
+
+    def claim_again(self) -> None:
+        """Before each poll: ask again for the position store's claims that failed."""
+        ...
+
+    def expired(self) -> None:
+        """The consumer missed its poll deadline: the lease is lost."""
+        ...
+
+
 class Fetcher:
     """Reads one subscriber's records; its caller holds the subscriber's lock.
 
@@ -41,15 +59,15 @@ class Fetcher:
         positions: The subscriber's positions, moved as records are delivered.
         durable: A durable client's session (replay flags, live records held back), or ``None``.
         report: The subscriber's error handler.
-        lease_expired: Called when the consumer missed its poll deadline (the lease is lost).
-        claim_again: Called before each poll: asks again for a position store's claims that
-            failed on assignment.
         pending: The queue of what is read, not yet delivered (history records and Kafka
             messages, in order); updated in place, never replaced.
         refusals: The consumer's ``error_cb``: an answer retrying cannot fix, raised by poll.
 
+    The subscriber's lease (built after the fetcher, whose records it drops when partitions
+    move) introduces itself with ``follow``; the fetcher asks it what a poll needs
+    (``LeaseView``).
+
     Attributes:
-        deactivated: The subscriber gave up its lease: keep the consumer served, read nothing.
         last_poll_ms: When ``poll`` was last called, in epoch milliseconds.
     """
 
@@ -61,14 +79,14 @@ class Fetcher:
         positions: Positions,
         durable: DurableSession | None,
         report: Report,
-        lease_expired: Callable[[], None],
         pending: deque[Message | Record],
         refusals: Refusals,
-        claim_again: Callable[[], None],
+        *,
+        may_share: bool,
     ) -> None:
         self.pending = pending
         self._refusals = refusals
-        self.deactivated = False
+        self._lease: LeaseView  # set by ``follow``, before anything is read
         self._consumer = consumer
         self._topic = config.single.name
         self._limit = config.max_batch
@@ -79,20 +97,19 @@ class Fetcher:
         self._decoder = Decoder(cluster, config) if config.serde is not None else None
         self._dead_letter = config.dead_letter is not None
         self._durable = durable
-        # An ungrouped subscriber without a serde or a durable replay reads through the
-        # process's shared fetch, joined on its first read from Kafka (shared_fetch.RingReader).
+        # A subscriber that holds every partition for life (``may_share``: ungrouped), without
+        # a serde or a durable replay, reads through the process's shared fetch, joined on its
+        # first read from Kafka (shared_fetch.RingReader).
         self._sharing = (
-            self._decoder is None
+            may_share
+            and self._decoder is None
             and durable is None
-            and not config.grouped
             and config.shared_fetch_bytes > 0
         )
         self._cluster, self._config = cluster, config
         self._ring: RingReader | None = None
         self._ringed: set[int] = set()  # partitions read from the shared ring
         self._report = report
-        self._lease_expired = lease_expired
-        self._claim_again = claim_again
         # Raised by the next poll, with the positions it counts as read once raised.
         self._deferred: tuple[Exception, dict[int, int]] | None = None
         self._consumed: tuple[int, int] | None = None  # an undecodable record, counted as read
@@ -116,7 +133,7 @@ class Fetcher:
             raise refused_error(refused, self._cluster, self._config)
         if self._durable is not None:
             self._durable.before_poll()
-        self._claim_again()
+        self._lease.claim_again()
         # Records given back come alone before a deferred failure, as they did the first time.
         limit = self._limit if self._deferred is None else min(self._limit, self._returned)
         self._returned = 0
@@ -125,7 +142,7 @@ class Fetcher:
         room = limit - len(self.pending)
         stored = self._history.read(room) if room > 0 else []
         self.pending.extend(stored)
-        if self.pending and not self.deactivated:
+        if self.pending and not self._lease.deactivated:
             # Call the consumer on every poll: that call is what keeps the lease.
             msg = self._consumer.poll(0)
             if msg is not None:
@@ -178,6 +195,14 @@ class Fetcher:
         if records:
             self._requeue(records)
             self._returned += len(records)
+
+    def follow(self, lease: LeaseView) -> None:
+        """Read under ``lease`` (the subscriber's, built after the fetcher)."""
+        self._lease = lease
+
+    def forget_pending(self) -> None:
+        """Drop everything read and not delivered (the lease was given up)."""
+        self.pending.clear()
 
     def serve(self, max_messages: int) -> None:
         """Serve rebalance callbacks; what is read waits in the queue for the next poll."""
@@ -268,7 +293,7 @@ class Fetcher:
             else:
                 remaining = deadline - time.monotonic()
                 wait = 0.0 if out else max(0.0, remaining)
-                if self.deactivated:
+                if self._lease.deactivated:
                     self._consumer.poll(0)
                     time.sleep(min(wait, 0.05))
                     if time.monotonic() >= deadline:
@@ -472,7 +497,7 @@ class Fetcher:
             partition = msg.partition() or 0
             self.move(partition, self._positions.out_of_range(partition, msg.offset()))
         elif code == KafkaError._MAX_POLL_EXCEEDED:
-            self._lease_expired()
+            self._lease.expired()
         elif code != KafkaError._PARTITION_EOF:
             self._report(f"read error on {self._topic}: {err.str()}", None)
         return None

@@ -166,7 +166,7 @@ class ReceiverSeat:
         self.topic = subscriber.topic
         self.stream = subscriber.stream
         self.config = subscriber.config
-        self.grouped = subscriber.grouped
+        self.membership = subscriber.membership
         self.group_id = subscriber.group_id
         self.cluster = subscriber.cluster
         self.partitions = subscriber.partitions

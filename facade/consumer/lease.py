@@ -87,9 +87,12 @@ class Lease:
         self._fetcher = fetcher
         #: Rebalance callbacks served (see ``leave``); a first one means the group answered.
         self.rebalances = 0
+        #: The subscriber gave its lease up (``deactivate``): served, reading nothing.
+        self.deactivated = False
         # Partitions whose position store claim failed on assignment, and when to ask again.
         self._unclaimed: set[int] = set()
         self._claim_at = 0.0
+        fetcher.follow(self)  # the fetcher asks this lease what a poll needs
 
     def subscribe(self) -> None:
         """Join the group (again), with this lease's rebalance callbacks.
@@ -109,27 +112,26 @@ class Lease:
         consumer is still served but reads nothing until ``reactivate``.
 
         Caller: ``OneStreamSubscriber.deactivate`` (the user, under the subscriber's lock).
-        Affects: every held partition is lost (``lose``), the fetcher marked deactivated and
-        its pending records dropped, the subscription left.
+        Affects: every held partition is lost (``lose``), ``deactivated``, the fetcher's
+        pending records dropped, the subscription left.
         """
-        fetcher = self._fetcher
-        if fetcher.deactivated:
+        if self.deactivated:
             return
         self.lose(sorted(self._state.assigned()), lost=False)  # on_revoke while still owned
-        fetcher.deactivated = True
+        self.deactivated = True
         self._consumer.unsubscribe()
-        fetcher.pending.clear()
+        self._fetcher.forget_pending()
 
     def reactivate(self) -> None:
         """Join the group again after ``deactivate``.
 
         Caller: ``OneStreamSubscriber.reactivate`` (the user, under the subscriber's lock).
-        Affects: the fetcher reads again; the subscription is made anew (``subscribe``).
+        Affects: ``deactivated`` (the fetcher reads again); the subscription is made anew
+        (``subscribe``).
         """
-        fetcher = self._fetcher
-        if not fetcher.deactivated:
+        if not self.deactivated:
             return
-        fetcher.deactivated = False
+        self.deactivated = False
         self.subscribe()
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -250,7 +252,7 @@ class Lease:
         self._fetcher.drop(parts)
         # A revocation in a rebalance is routine (the lease may come straight back); only a
         # lost session is reported here. A confirm without the lease is reported by confirm().
-        if lost and held and not self._fetcher.deactivated and not self._closed():
+        if lost and held and not self.deactivated and not self._closed():
             self._report(
                 f"lease lost on {self._topic}{sorted(held)}",
                 NotAssignedError("lease lost", stream=self._topic),

@@ -56,6 +56,8 @@ class Positions:
         state: PartitionState,
         partitions: int,
         report: Report,
+        *,
+        auto: InitialOffsetScheme,
     ) -> None:
         self.topic = config.single.name
         self.state = state
@@ -70,7 +72,7 @@ class Positions:
         self._recreated: str | None = None  # the new topic id last reported
         scheme = config.initial_offset_scheme
         if scheme is InitialOffsetScheme.AUTO:
-            scheme = InitialOffsetScheme.EARLIEST if config.grouped else InitialOffsetScheme.LATEST
+            scheme = auto
         self.scheme = scheme
         # LATEST means after the last record that existed when the subscriber started; for a
         # read_committed subscriber, from the last stable offset (what it reads next).

@@ -211,11 +211,10 @@ class RetryTiers:
                 )
         if is_async_handler(handlers[0]):
             raise TypeError("retry tiers take a plain handler, not an async def one")
-        if not host.grouped:
-            raise IllegalSubscriberStateError(
-                "retry tiers need a grouped subscriber: their offsets are the group's",
-                stream=host.topic,
-            )
+        host.membership.needs_group(
+            "retry tiers need a grouped subscriber: their offsets are the group's",
+            stream=host.topic,
+        )
         return cls(host, retry, lane_of, handlers[1], dead_letter, concurrency, limit, halt)
 
     def start(self) -> None:

@@ -104,16 +104,25 @@ class HealthSource(Protocol):
     def health(self, *, lag: bool = True) -> Any: ...
 
 
+class Member(Protocol):
+    """A reader's membership: the consumer group it reports (``None`` without one)."""
+
+    @property
+    def group(self) -> str | None: ...
+
+
 class Reader(Protocol):
     """What the delivery hooks read of a subscriber."""
 
     topic: str
-    grouped: bool
     group_id: str
+
+    @property
+    def membership(self) -> Member: ...
 
 
 def group_of(reader: Reader) -> str | None:
-    return reader.group_id if reader.grouped else None
+    return reader.membership.group
 
 
 class Watched:
