@@ -1,15 +1,16 @@
-"""``ArchiveOffsets``: the archiver's side of Kafka. Its consumer group's committed offsets
-are the archive's position: read at the start, committed after each written batch (and
-synchronously on catching up and on stop), stepped over transaction markers when idle, and
-used to trim streams with a capacity down to the archived records."""
+"""``ArchiveOffsets``: the archiver's side of Kafka, and the one owner of its consumer (one per
+run: ``open`` to ``close``). Its consumer group's committed offsets are the archive's position:
+read at the start, committed after each written batch (and synchronously on catching up and on
+stop), stepped over transaction markers when idle, and used to trim streams with a capacity
+down to the archived records."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from bolide.facade.compat import FetchGaps
 from bolide.facade.config import Cluster, StreamConfig
@@ -25,7 +26,8 @@ TP = tuple[str, int]
 
 
 class ArchiveOffsets:
-    """The committed offsets of one archiver's group, over its streams' ``partitions``."""
+    """The committed offsets of one archiver's group, over its streams' ``partitions``, and
+    the consumer of the run that reads them (``open``)."""
 
     def __init__(
         self,
@@ -47,6 +49,57 @@ class ArchiveOffsets:
         self.gaps: dict[str, FetchGaps] = {}
         self._trimmed: dict[TP, int] = {}
         self._unsettled: dict[TP, int] = {}  # committed asynchronously since the last sync
+        self._consumer: Consumer | None = None  # the run's (``open`` to ``close``)
+
+    # -- the run's consumer ----------------------------------------------------------------
+
+    def open(self, consumer: Consumer) -> None:
+        """Own ``consumer``, a run's, until ``close``: every read and commit goes through it.
+
+        Caller: ``Archiver`` at the start of a run. Affects: the consumer used below.
+        """
+        self._consumer = consumer
+
+    @property
+    def consumer(self) -> Consumer:
+        """The run's consumer."""
+        consumer = self._consumer
+        assert consumer is not None, "the archiver's offsets are used within a run"
+        return consumer
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Callable[[Consumer, list[TopicPartition]], None],
+        on_revoke: Callable[[Consumer, list[TopicPartition]], None],
+    ) -> None:
+        """Join the group on ``topics``: the skipped-fetch checks start anew."""
+        self.gaps.clear()
+        self.consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke)
+
+    def consume(self, count: int, timeout_s: float) -> list[Message]:
+        """Up to ``count`` messages, waiting up to ``timeout_s`` for the first."""
+        return self.consumer.consume(count, timeout=timeout_s)
+
+    def refetch(self, msg: Message) -> bool:
+        """Whether ``msg`` skipped ahead of its partition's position: read again from there
+        (the rest of its partition's batch comes again, in order)."""
+        return self.gaps_of(str(msg.topic())).refetch(self.consumer, msg)
+
+    def close(self) -> None:
+        """Commit what is archived (``settle``), then close the run's consumer.
+
+        Caller: ``Archiver`` at the end of a run. Affects: the group's committed offsets; the
+        consumer, closed and let go.
+        """
+        consumer = self.consumer
+        try:
+            self.settle()
+        finally:
+            self._consumer = None
+            consumer.close()
+
+    # -- the offsets -----------------------------------------------------------------------
 
     def gaps_of(self, topic: str) -> FetchGaps:
         """The skipped-fetch check of ``topic`` for the current consumer."""
@@ -56,16 +109,16 @@ class ArchiveOffsets:
             gaps = self.gaps[topic] = FetchGaps(topic, settle_s)
         return gaps
 
-    def archived(self, consumer: Consumer, nexts: dict[TP, int]) -> None:
+    def archived(self, nexts: dict[TP, int]) -> None:
         """A batch is in the database: commit its offsets asynchronously (a crash before they
         land re-reads rows that are already stored, and inserts are idempotent), then trim.
 
         Caller: ``Archiver`` once a batch's transaction committed. Affects: the group's
         committed offsets, the offsets still to settle, the log trimmed under a capacity.
         """
-        consumer.commit(offsets=self._topic_partitions(nexts))
+        self.consumer.commit(offsets=self._topic_partitions(nexts))
         self._unsettled.update(nexts)
-        self._trim(consumer, nexts)
+        self._trim(nexts)
 
     def forget(self, streams: list[str]) -> None:
         """``streams``' topics were replaced: nothing of the old ones is committed or kept.
@@ -78,17 +131,25 @@ class ArchiveOffsets:
             for tp in [tp for tp in table if tp[0] in gone]:
                 del table[tp]
 
-    def restart(self, consumer: Consumer, starts: dict[TP, int]) -> None:
-        """Commit ``starts`` (a recreated topic's log starts), so that the group reads the new
-        topic from there whatever the old one's members committed last.
+    def restart(self, streams: Iterable[str]) -> dict[TP, int]:
+        """Commit the log starts of ``streams``' topics (recreated), so that the group reads
+        the new topics from there whatever the old ones' members committed last (a commit of
+        an old topic's offsets that landed after the recreation must not skip the new one's
+        first records); return them.
 
         Caller: ``Archiver`` on a recreated topic. Affects: the group's committed offsets.
         """
+        starts: dict[TP, int] = {}
+        for name in streams:
+            parts = [p for topic, p in self._partitions if topic == name]
+            found = log_starts(self.consumer, name, parts, cluster=self._cluster)
+            starts.update(((name, p), start) for p, start in found.items())
         self.forget(sorted({t for t, _ in starts}))
         if starts:
-            self._commit(consumer, starts)
+            self._commit(starts)
+        return starts
 
-    def settle(self, consumer: Consumer) -> None:
+    def settle(self) -> None:
         """Commit the latest archived offsets synchronously (on catching up and on stop).
 
         Caller: ``Archiver`` (caught up, stopping, before a rebalance gives partitions up).
@@ -96,15 +157,16 @@ class ArchiveOffsets:
         """
         if self._unsettled:
             unsettled, self._unsettled = self._unsettled, {}
-            self._commit(consumer, unsettled)
+            self._commit(unsettled)
 
-    def past_markers(self, consumer: Consumer, positions: dict[TP, int]) -> dict[TP, int]:
+    def past_markers(self, positions: dict[TP, int]) -> dict[TP, int]:
         """Commit read positions that moved past offsets holding no record.
 
         Called when a read came back empty, so every record before the positions is archived;
         a position ahead of the committed offset only stepped over transaction markers or
         compacted offsets. Without this a transactional stream would never look caught up.
         """
+        consumer = self.consumer
         try:
             current = consumer.position(consumer.assignment())
         except KafkaException as exc:
@@ -117,7 +179,7 @@ class ArchiveOffsets:
             and tp.offset > positions.get((tp.topic, tp.partition), 0)
             and not self._checking(tp.topic, tp.partition)
         }
-        return self._commit(consumer, ahead) if ahead else {}
+        return self._commit(ahead) if ahead else {}
 
     def _topic_partitions(self, offsets: dict[TP, int]) -> list[TopicPartition]:
         """``offsets`` to commit, each naming its topic's id in its metadata."""
@@ -128,12 +190,12 @@ class ArchiveOffsets:
         gaps = self.gaps.get(topic)
         return gaps is not None and gaps.checking(partition)
 
-    def _commit(self, consumer: Consumer, nexts: dict[TP, int]) -> dict[TP, int]:
+    def _commit(self, nexts: dict[TP, int]) -> dict[TP, int]:
         """Commit synchronously; return what Kafka accepted (a lost partition is re-read)."""
         offsets = self._topic_partitions(nexts)
         for attempt in range(3):
             try:
-                result = consumer.commit(offsets=offsets, asynchronous=False) or []
+                result = self.consumer.commit(offsets=offsets, asynchronous=False) or []
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if err.retriable() and attempt < 2:
@@ -150,14 +212,14 @@ class ArchiveOffsets:
             return accepted
         return {}
 
-    def _trim(self, consumer: Consumer, committed: dict[TP, int]) -> None:
+    def _trim(self, committed: dict[TP, int]) -> None:
         """Keep about ``capacity`` records per partition in Kafka; only archived ones go."""
         before: dict[TP, int] = {}
         for (topic, p), position in committed.items():
             capacity = self._streams[topic].capacity
             if capacity is None:
                 continue
-            high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
+            high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
             end = max(int(high), position)
             cut = min(position, end - capacity)
             slack = max(1, capacity // 10)
@@ -168,7 +230,6 @@ class ArchiveOffsets:
 
     def committed(
         self,
-        consumer: Consumer,
         topic_ids: Mapping[str, str | None] | None = None,
         timeout_s: float = 10.0,
     ) -> dict[TP, int]:
@@ -185,7 +246,7 @@ class ArchiveOffsets:
         if topic_ids is not None:
             self._topic_ids, self.foreign = topic_ids, set()
         try:
-            found = committed_offsets(consumer, asked, timeout_s)
+            found = committed_offsets(self.consumer, asked, timeout_s)
         except KafkaException as exc:
             raise BrokerError(
                 "the archive's position (its group's committed offsets) could not be read: "
@@ -201,20 +262,20 @@ class ArchiveOffsets:
             else:
                 missing.setdefault(tp.topic, []).append(tp.partition)
         for topic, parts in missing.items():
-            for p, start in log_starts(consumer, topic, parts, cluster=self._cluster).items():
+            for p, start in log_starts(self.consumer, topic, parts, cluster=self._cluster).items():
                 out[(topic, p)] = start
         return out
 
-    def refresh(self, consumer: Consumer) -> dict[TP, int]:
+    def refresh(self) -> dict[TP, int]:
         """Committed offsets once this member holds partitions; nothing while it joins.
 
         A join in progress holds the coordinator connection (brokers answer one request per
         connection at a time), so asking then would only time out.
         """
-        if not consumer.assignment():
+        if not self.consumer.assignment():
             return {}
         try:
-            return self.committed(consumer, timeout_s=2.0)
+            return self.committed(timeout_s=2.0)
         except KafkaException as exc:
             log.debug("could not refresh committed offsets: %s", exc)
             return {}

@@ -35,7 +35,6 @@ from bolide.facade.health import Health, measure
 from bolide.facade.kafka import (
     CONSUMER_DEFAULTS,
     ensure_topic,
-    log_starts,
     topic_id,
     topic_identity,
 )
@@ -314,7 +313,8 @@ class Archiver(Closing):
             _Recreated: A stream's topic was deleted and created again meanwhile: the run
                 ends (what was read of the old topic is written) and ``run`` starts again.
         """
-        consumer = self._new_consumer()
+        offsets = self._offsets
+        offsets.open(self._new_consumer())  # it owns the run's consumer, and closes it
         started = time.monotonic()
         meter = self._meter = _Meter(started)
         self._running = True
@@ -322,71 +322,62 @@ class Archiver(Closing):
         self._queued = 0
         try:
             recreated = self._identify()
-            positions = self._positions = self._offsets.committed(consumer, self._topics.ids)
+            positions = self._positions = offsets.committed(self._topics.ids)
             # A commit of another topic (one a member made on the old topic after it was
             # replaced) is no position in this one.
-            recreated |= self._offsets.foreign
-            if recreated:
-                positions.update(self._restart(consumer, recreated))
-            target = self._offsets.ends() if until_caught_up else None
+            recreated |= offsets.foreign
+            if recreated:  # archived from the new topics' starts
+                positions.update(offsets.restart(recreated))
+            target = offsets.ends() if until_caught_up else None
             self._set_stats(ArchiverStats(positions=dict(positions), retries=self._restarts))
             if target is not None and reached(positions, target):
                 self._report(meter, positions, target, caught_up=True, force=True)
                 return self.stats
             # A first report at once (what is left to do), before the group is joined.
             self._report(meter, positions, target, caught_up=False, force=True)
-            self._offsets.gaps.clear()
-            consumer.subscribe(
-                sorted(self.streams), on_assign=self._on_assign, on_revoke=self._on_revoke
-            )
-            self._follow(consumer, writer, target)
+            offsets.subscribe(sorted(self.streams), self._on_assign, self._on_revoke)
+            self._follow(writer, target)
             # What was handed over is written before the run ends (or the write's error raised).
-            self._finish(consumer, writer, wait=True)
+            self._finish(writer, wait=True)
             done = target is not None and reached(positions, target)
             if done:
-                self._offsets.settle(consumer)
+                offsets.settle()
             self._report(meter, positions, target, caught_up=done, force=done)
         finally:
             self._running = False
             self._held.clear()
             self._writer = None
             writer.close()  # after an error: the batches not yet written are read again later
-            try:
-                self._offsets.settle(consumer)
-            finally:
-                consumer.close()
+            offsets.close()
             self._set_stats(replace(self.stats, elapsed_s=time.monotonic() - started))
         return self.stats
 
     def _follow(
-        self,
-        consumer: Consumer,
-        writer: BatchWriter[Batch, tuple[int, Rejected]],
-        target: dict[TP, int] | None,
+        self, writer: BatchWriter[Batch, tuple[int, Rejected]], target: dict[TP, int] | None
     ) -> None:
         """Read and hand batches to the writer until the target is archived or ``stop()``;
         commit the offsets of each written batch as it comes back."""
-        positions, meter = self._positions, self._meter
+        positions, meter, offsets = self._positions, self._meter, self._offsets
         last_refresh = time.monotonic()
         while not self._stop.is_set():
-            messages = consumer.consume(self.batch_size, timeout=0.2)
+            messages = offsets.consume(self.batch_size, 0.2)
             self._last_poll_ms = int(time.time() * 1000)
             suspects = self._suspects(messages, positions)
             if suspects:
-                self._check_identity(consumer, writer, suspects)
-            records = self._records(consumer, messages)
+                self._check_identity(writer, suspects)
+            records = self._records(messages)
             if records:
-                self._hand_over(consumer, writer, records)
-            self._finish(consumer, writer)
+                self._hand_over(writer, records)
+            self._finish(writer)
             if time.monotonic() - self._topics.checked_at > _IDENTITY_CHECK_S:
-                self._check_identity(consumer, writer, set(self.streams))
+                self._check_identity(writer, set(self.streams))
             if not messages and not self._queued and time.monotonic() - last_refresh > 1.0:
                 # Idle, every record read is archived: step over offsets that hold no record
                 # (transaction markers), and learn the commits of other group members.
                 last_refresh = time.monotonic()
-                positions.update(self._offsets.past_markers(consumer, positions))
+                positions.update(offsets.past_markers(positions))
                 if target is not None:
-                    for tp, offset in self._offsets.refresh(consumer).items():
+                    for tp, offset in offsets.refresh().items():
                         positions[tp] = max(positions.get(tp, 0), offset)
             if target is not None and reached(positions, target):
                 return
@@ -418,10 +409,10 @@ class Archiver(Closing):
         self._held.difference_update((tp.topic, tp.partition) for tp in partitions)
         writer = self._writer
         if writer is not None and self._queued:
-            self._finish(consumer, writer, wait=True, raising=False)  # the loop raises later
-            self._offsets.settle(consumer)
+            self._finish(writer, wait=True, raising=False)  # the loop raises later
+            self._offsets.settle()
 
-    def _records(self, consumer: Consumer, messages: list[Message]) -> dict[str, list[Record]]:
+    def _records(self, messages: list[Message]) -> dict[str, list[Record]]:
         out: dict[str, list[Record]] = {}
         refetching: set[tuple[str | None, int | None]] = set()
         for msg in messages:
@@ -435,28 +426,24 @@ class Archiver(Closing):
             where = (msg.topic(), msg.partition())
             if where in refetching:
                 continue
-            topic = str(msg.topic())
-            if self._offsets.gaps_of(topic).refetch(consumer, msg):
+            if self._offsets.refetch(msg):
                 refetching.add(where)  # the rest of this partition comes again, in order
                 continue
             rec = record_from_message(msg)
             out.setdefault(str(rec.stream), []).append(rec)
         return out
 
-    def _hand_over(
-        self, consumer: Consumer, writer: BatchWriter[Batch, tuple[int, Rejected]], records: Batch
-    ) -> None:
+    def _hand_over(self, writer: BatchWriter[Batch, tuple[int, Rejected]], records: Batch) -> None:
         """Give ``records`` to the writer, finishing written batches while it has no room; on
         ``stop()`` meanwhile, drop them (never written nor committed: read again later)."""
         while not writer.put(records, timeout_s=0.2):
-            self._finish(consumer, writer)
+            self._finish(writer)
             if self._stop.is_set():
                 return
         self._queued += sum(len(r) for r in records.values())
 
     def _finish(
         self,
-        consumer: Consumer,
         writer: BatchWriter[Batch, tuple[int, Rejected]],
         *,
         wait: bool = False,
@@ -467,14 +454,12 @@ class Archiver(Closing):
         if wait:
             writer.drain()
         for records, (inserted, rejected) in writer.take():
-            self._positions.update(self._archived(consumer, records, inserted, rejected))
+            self._positions.update(self._archived(records, inserted, rejected))
         if raising and writer.failure is not None:
             self._queued = 0  # dropped by the failure
             raise writer.failure
 
-    def _archived(
-        self, consumer: Consumer, records: Batch, inserted: int, rejected: Rejected
-    ) -> dict[TP, int]:
+    def _archived(self, records: Batch, inserted: int, rejected: Rejected) -> dict[TP, int]:
         """A batch is in the database: count it, commit its offsets, then trim."""
         nexts: dict[TP, int] = {}
         for stream, recs in records.items():
@@ -488,7 +473,7 @@ class Archiver(Closing):
             TELEMETRY.archive(self.group, records)
         self._count(records=count, inserted=inserted, batches=1)
         self._rejected(rejected)  # committed: count and report them once
-        self._offsets.archived(consumer, nexts)
+        self._offsets.archived(nexts)
         return nexts
 
     def _write(self, records: Batch, halt: threading.Event) -> tuple[int, Rejected]:
@@ -582,10 +567,7 @@ class Archiver(Closing):
         return found & set(self.streams)
 
     def _check_identity(
-        self,
-        consumer: Consumer,
-        writer: BatchWriter[Batch, tuple[int, Rejected]],
-        streams: set[str],
+        self, writer: BatchWriter[Batch, tuple[int, Rejected]], streams: set[str]
     ) -> None:
         """Ask Kafka which topic ``streams`` are; if one changed, write what was read of the
         old topic and end the run (``_Recreated``), which starts again on the new one."""
@@ -599,20 +581,9 @@ class Archiver(Closing):
         changed = [n for n, i in now.items() if i is not None and i != self._topics.ids.get(n)]
         if not changed:
             return
-        self._finish(consumer, writer, wait=True)
+        self._finish(writer, wait=True)
         self._offsets.forget(changed)  # never commit the old topic's offsets on the new one
         raise _Recreated(", ".join(changed))
-
-    def _restart(self, consumer: Consumer, recreated: set[str]) -> dict[TP, int]:
-        """Archive ``recreated`` streams from their new topic's start: a commit of the old
-        topic's offsets that landed after the recreation must not skip its first records."""
-        starts: dict[TP, int] = {}
-        for name in recreated:
-            parts = [p for topic, p in self._partitions if topic == name]
-            for p, start in log_starts(consumer, name, parts, cluster=self.cluster).items():
-                starts[(name, p)] = start
-        self._offsets.restart(consumer, starts)
-        return starts
 
     def _repartition(self, name: str) -> None:
         """A recreated topic may have another partition count: read what it has now."""
