@@ -51,12 +51,13 @@ from bolide.facade.errors import (
     TransactionError,
     TransactionInDoubtError,
 )
-from bolide.facade.parallel import (
+from bolide.facade.publisher import PublishCallback, Publisher
+from bolide.facade.receiver import Receiver, ReceiverHost, ReceiverMetrics
+from bolide.facade.receiving.parallel import (
     ParallelReceiver,
     ReceiverOptions,
 )
-from bolide.facade.publisher import PublishCallback, Publisher
-from bolide.facade.receiver import Receiver, ReceiverHost, ReceiverMetrics
+from bolide.facade.receiving.share import ShareReceiver
 from bolide.facade.record import Record, RecordBatch
 from bolide.facade.resequencer.core import (
     Resequencer,
@@ -77,10 +78,9 @@ from bolide.facade.schemas.registry import (
     SchemaReference,
     SchemaRegistry,
 )
-from bolide.facade.share import ShareSubscriber
-from bolide.facade.share_receiver import ShareReceiver
-from bolide.facade.streams import StreamsSubscriber
 from bolide.facade.subscriber import Subscriber, new_subscriber
+from bolide.facade.subscribers.share import ShareSubscriber
+from bolide.facade.subscribers.streams import StreamsSubscriber
 
 __all__ = [
     "AvroSerde",

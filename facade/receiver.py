@@ -1,8 +1,9 @@
 """Receiver: a background thread that polls a subscriber and hands each record to a callback.
 
 ``ReceiverMetrics`` and the ``ReceiverHost`` seam are shared with the parallel receiver
-(``bolide.facade.parallel``, with the receiver options), which ``Subscriber.attach_receiver``
-starts for ``concurrency`` above 1, retries, dead letters or an ``async def`` handler.
+(``bolide.facade.receiving.parallel``, with the receiver options), which
+``Subscriber.attach_receiver`` starts for ``concurrency`` above 1, retries, dead letters or an
+``async def`` handler.
 """
 
 from __future__ import annotations

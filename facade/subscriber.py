@@ -4,11 +4,12 @@ picks a kind from a config.
 Three classes read streams, each with the operations that make sense for it and no other:
 
 - ``Subscriber``: one stream through one Kafka consumer, ungrouped or in a subscriber group
-  (a consumer group), durable or not (``bolide.facade.one_stream``, where it is implemented);
+  (a consumer group), durable or not (``bolide.facade.subscribers.one_stream``, where it is
+  implemented);
 - ``StreamsSubscriber``: several streams as one subscriber, ``SubscriberConfig(streams=...)``
-  or ``pattern=`` (``bolide.facade.streams``);
+  or ``pattern=`` (``bolide.facade.subscribers.streams``);
 - ``ShareSubscriber``: one stream read as a queue in a Kafka share group,
-  ``SubscriberConfig(share_group=...)`` (``bolide.facade.share``).
+  ``SubscriberConfig(share_group=...)`` (``bolide.facade.subscribers.share``).
 
 Build the one you mean, or let ``new_subscriber(cluster, config)`` pick it from the config.
 ``Subscriber(cluster, config)`` picks the same way (see ``Subscriber.__new__``): it is how
@@ -20,9 +21,9 @@ from __future__ import annotations
 from typing import Self
 
 from bolide.facade.config import Cluster, SubscriberConfig
-from bolide.facade.one_stream import OneStreamSubscriber
-from bolide.facade.share import ShareSubscriber
-from bolide.facade.streams import StreamsSubscriber
+from bolide.facade.subscribers.one_stream import OneStreamSubscriber
+from bolide.facade.subscribers.share import ShareSubscriber
+from bolide.facade.subscribers.streams import StreamsSubscriber
 
 __all__ = ["AnySubscriber", "Subscriber", "new_subscriber"]
 

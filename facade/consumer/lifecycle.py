@@ -1,10 +1,9 @@
 """``Lifecycle``: what every kind of subscriber shares, whatever it reads and however.
 
-A one-stream subscriber (``bolide.facade.one_stream``), a subscriber of several streams
-(``bolide.facade.streams``) and a share group member (``bolide.facade.share``) are separate
-classes: each has the operations that make sense for it and no other. What they do have in
-common lives here: the arguments checked at construction, open until ``close``, at most one
-running receiver, and ``with sub:`` closing it.
+The subscriber kinds (``bolide.facade.subscribers``: one stream, several streams, a share
+group's member) are separate classes: each has the operations that make sense for it and no
+other. What they do have in common lives here: the arguments checked at construction, open
+until ``close``, at most one running receiver, and ``with sub:`` closing it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from bolide.facade import (
     Subscriber,
     SubscriberConfig,
 )
-from bolide.facade.parallel import ParallelReceiver
+from bolide.facade.receiving.parallel import ParallelReceiver
 from tests.conftest import eventually
 from tests.parallel.conftest import LEASE_MS, Log, fresh_group, publish_keyed
 

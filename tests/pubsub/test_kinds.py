@@ -18,7 +18,7 @@ from bolide.facade import (
     SubscriberConfig,
     new_subscriber,
 )
-from bolide.facade.one_stream import OneStreamSubscriber
+from bolide.facade.subscribers.one_stream import OneStreamSubscriber
 
 #: What a consumer group subscriber has and a share group member has not.
 CONSUMER_ONLY = (

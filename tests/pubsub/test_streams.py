@@ -21,7 +21,7 @@ from bolide.facade import (
     SubscriberConfig,
 )
 from bolide.facade.aio import AsyncSubscriber
-from bolide.facade.streams import matching
+from bolide.facade.subscribers.streams import matching
 from tests.conftest import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.tansu]

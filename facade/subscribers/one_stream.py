@@ -36,10 +36,10 @@ from bolide.facade.consumer.membership import membership_of
 from bolide.facade.durable import DurableSession
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import committed_offsets, ensure_topic, offsets_for_time
-from bolide.facade.parallel import ReceiverOptions, new_receiver
 from bolide.facade.ports import Polled
 from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
+from bolide.facade.receiving.parallel import ReceiverOptions, new_receiver
 from bolide.facade.record import RecordBatch
 from bolide.facade.support import HookLock
 from bolide.facade.telemetry import TELEMETRY

@@ -51,10 +51,10 @@ from bolide.facade.errors import (
 )
 from bolide.facade.health import Health, measure
 from bolide.facade.kafka import CONSUMER_DEFAULTS, ensure_topic, new_client
-from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.receiver import AsyncRecordHandler, Receiver, RecordHandler
+from bolide.facade.receiving.parallel import ReceiverOptions
+from bolide.facade.receiving.share import ShareReceiver
 from bolide.facade.record import Record, RecordBatch, record_from_message
-from bolide.facade.share_receiver import ShareReceiver
 from bolide.facade.support import HookLock
 from bolide.facade.telemetry import TELEMETRY
 from bolide.facade.validate import check_int

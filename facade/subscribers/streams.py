@@ -28,8 +28,6 @@ from bolide.facade.consumer.membership import membership_of
 from bolide.facade.errors import IllegalSubscriberStateError
 from bolide.facade.health import Health
 from bolide.facade.kafka import partition_counts
-from bolide.facade.one_stream import OneStreamSubscriber
-from bolide.facade.parallel import ReceiverOptions
 from bolide.facade.producer.transactions import OffsetSource
 from bolide.facade.receiver import (
     AsyncRecordHandler,
@@ -37,7 +35,9 @@ from bolide.facade.receiver import (
     ReceiverMetrics,
     RecordHandler,
 )
+from bolide.facade.receiving.parallel import ReceiverOptions
 from bolide.facade.record import RecordBatch
+from bolide.facade.subscribers.one_stream import OneStreamSubscriber
 from bolide.facade.support import HookLock
 from bolide.facade.validate import check_int
 
