@@ -91,7 +91,7 @@ class Parts:
         finally:
             try:
                 # A deactivated subscriber has left already: no join is on its way.
-                self.membership.leave(self.lease, joined=not self.lease.deactivated)
+                self.membership.leave(self.lease, joining=not self.lease.deactivated)
                 self.consumer.close()
             finally:
                 self.confirms.close()

@@ -52,7 +52,7 @@ def consumer_config(
     on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None = None,
     on_error: Callable[[KafkaError], None] | None = None,
     *,
-    member: Mapping[str, Any] | None = None,
+    member: Mapping[str, Any],
 ) -> dict[str, Any]:
     """librdkafka settings: the defaults, the membership's (``member``: a group member's
     lease, ``Membership.settings``), then the user's own (``on_commit`` for a consumer that
@@ -63,7 +63,7 @@ def consumer_config(
         # Kafka's OFFSET_OUT_OF_RANGE reaches us as an error: we splice or skip ourselves.
         "auto.offset.reset": "error",
         "isolation.level": config.isolation,
-        **(member or {}),
+        **member,
     }
     if on_commit is not None:
         own["on_commit"] = on_commit

@@ -62,6 +62,8 @@ class Fetcher:
         pending: The queue of what is read, not yet delivered (history records and Kafka
             messages, in order); updated in place, never replaced.
         refusals: The consumer's ``error_cb``: an answer retrying cannot fix, raised by poll.
+        may_share: The subscriber holds every partition for life (``Membership.may_share``),
+            so it may read through the process's shared fetch.
 
     The subscriber's lease (built after the fetcher, whose records it drops when partitions
     move) introduces itself with ``follow``; the fetcher asks it what a poll needs

@@ -97,7 +97,7 @@ class Lease:
     def subscribe(self) -> None:
         """Join the group (again), with this lease's rebalance callbacks.
 
-        Caller: ``Parts.start`` (a grouped subscriber's start), ``reactivate``.
+        Caller: ``GroupMember.start`` (a grouped subscriber's start), ``reactivate``.
         Affects: the consumer's subscription; the callbacks then drive ``state``.
         """
         self._consumer.subscribe(
@@ -290,7 +290,7 @@ class Lease:
         has come for a few polls; ``close`` then finds nothing left to revoke. Records fetched
         meanwhile are dropped: nothing past the confirmed positions was delivered.
 
-        Caller: ``Parts.close`` (a grouped subscriber's close).
+        Caller: ``GroupMember.leave`` (a grouped subscriber's close).
         Affects: the subscription (left, unless static: then every partition is given up
         here), the callbacks it serves.
         """

@@ -97,9 +97,9 @@ class Membership(ABC):
         """
 
     @abstractmethod
-    def leave(self, lease: Lease, *, joined: bool) -> None:
-        """Leave the group before the consumer closes (``joined``: a join may be on its way,
-        the subscriber had not left by ``deactivate``)."""
+    def leave(self, lease: Lease, *, joining: bool) -> None:
+        """Leave the group before the consumer closes (``joining``: a join may be on its
+        way, the subscriber had not left already by ``deactivate``)."""
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -177,8 +177,8 @@ class GroupMember(Membership):
             positions.require_confirmed(self.group_id, stored)
         lease.subscribe()
 
-    def leave(self, lease: Lease, *, joined: bool) -> None:
-        lease.leave(joining=joined)
+    def leave(self, lease: Lease, *, joining: bool) -> None:
+        lease.leave(joining=joining)
 
     def assigned(self, held: Callable[[], bool]) -> bool:
         return held()
@@ -194,7 +194,8 @@ class GroupMember(Membership):
 
 
 class NoGroup(Membership):
-    """An ungrouped subscriber: every partition, no lease, no group offsets."""
+    """An ungrouped subscriber: every partition, no lease, no group offsets. A share group's
+    member is no consumer group's either: it reports none and has no lease to give up."""
 
     group = None
     auto_scheme = InitialOffsetScheme.LATEST
@@ -217,7 +218,7 @@ class NoGroup(Membership):
         stored = confirms.stored(every, claim=True) if confirms.keeps_positions else {}
         positions.assign({p: positions.initial(p, stored.get(p)) for p in every})
 
-    def leave(self, lease: Lease, *, joined: bool) -> None:
+    def leave(self, lease: Lease, *, joining: bool) -> None:
         return None  # never joined
 
     def assigned(self, held: Callable[[], bool]) -> bool:

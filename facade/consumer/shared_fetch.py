@@ -158,7 +158,7 @@ class SharedFetch:
         self._stop = threading.Event()
         # The readers' own settings (a throwaway group that never commits; a partition out of
         # range is an error, which sends it back to its readers' own consumers).
-        settings = consumer_config(cluster, config, group_id(config))
+        settings = consumer_config(cluster, config, group_id(config), member={})  # no lease
         self._consumer = new_client(Consumer, settings, "consumer_config")
         self._gaps = FetchGaps(self.topic, cluster.fetch_gap_settle_ms / 1000)
         self._gaps.expected.update(starts)

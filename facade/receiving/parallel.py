@@ -51,7 +51,7 @@ from bolide.facade.validate import check_int
 
 __all__ = ["Ordering", "ParallelReceiver", "ReceiverOptions", "new_receiver"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bolide.facade.parallel")  # the receiver's logger, tiers included
 
 #: What a parallel receiver keeps in order: a key's records, a partition's, or nothing.
 Ordering: TypeAlias = Literal["key", "partition", "unordered"]

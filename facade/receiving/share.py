@@ -41,7 +41,7 @@ from bolide.facade.validate import check_int
 
 __all__ = ["ShareHost", "ShareReceiver"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bolide.facade.share_receiver")
 
 _STOP_CHECK_MS = 100
 

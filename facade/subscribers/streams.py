@@ -89,9 +89,9 @@ class StreamsSubscriber(Lifecycle):
         self._receivers: StreamReceivers | None = None
         self._attach: Callable[[OneStreamSubscriber], Receiver] | None = None
         self._stop = threading.Event()
-        # Grouped: nothing is delivered until every stream's member has joined the group
-        # (or a lease timeout has passed), so the joins of the members after the first do not
-        # take back partitions whose records were delivered already.
+        # Nothing is delivered until every stream's member has joined the group (or a lease
+        # timeout has passed; without a group, at once), so the joins of the members after the
+        # first do not take back partitions whose records were delivered already.
         self._settle_until = time.monotonic() + config.lease_timeout_ms / 1000
         self._refresher: threading.Thread | None = None
         try:

@@ -347,8 +347,10 @@ class Archiver(Closing):
             self._running = False
             self._held.clear()
             self._writer = None
-            writer.close()  # after an error: the batches not yet written are read again later
-            offsets.close()
+            try:  # after an error: the batches not yet written are read again later
+                writer.close()
+            finally:
+                offsets.close()
             self._set_stats(replace(self.stats, elapsed_s=time.monotonic() - started))
         return self.stats
 
