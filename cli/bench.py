@@ -63,6 +63,9 @@ def load_benchmarks(folder: Path | None = None) -> ModuleType:
             del sys.modules[name]  # modules of another benchmarks folder
         sys.modules[_PACKAGE] = package
         spec.loader.exec_module(package)
+    if folder.name == _PACKAGE and str(folder.parent) not in sys.path:
+        # A benchmark's spawned processes import it by name, from the paths they inherit.
+        sys.path.append(str(folder.parent))
     return importlib.import_module(f"{_PACKAGE}.run_all")
 
 

@@ -239,3 +239,38 @@ def test_a_benchmark_runs_as_a_file_from_anywhere(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "usage: bench_serdes" in done.stdout
+
+
+def test_a_benchmark_loaded_by_the_command_is_importable_in_its_spawned_processes(
+    tmp_path: Path,
+) -> None:
+    """``bolide bench`` loads the checkout's benchmarks from their folder; a process a
+    benchmark spawns (the Spark cluster's driver run) imports them by name from the paths it
+    inherits, wherever the command was started."""
+    code = (
+        "import multiprocessing as mp\n"
+        "from bolide.cli.bench import load_benchmarks\n"
+        "def child(q):\n"
+        "    import benchmarks.run_all as r\n"
+        "    q.put(r.__name__)\n"
+        "if __name__ == '__main__':\n"
+        "    load_benchmarks()  # as the command does: in the parent only\n"
+        "    ctx = mp.get_context('spawn')\n"
+        "    q = ctx.Queue()\n"
+        "    p = ctx.Process(target=child, args=(q,))\n"
+        "    p.start()\n"
+        "    print(q.get(timeout=60))\n"
+        "    p.join(60)\n"
+    )
+    script = tmp_path / "spawns.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "benchmarks.run_all"
