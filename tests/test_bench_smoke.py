@@ -229,15 +229,7 @@ def test_runner_runs_a_module_that_only_exposes_bench(
 def test_a_benchmark_runs_as_a_file_from_anywhere(tmp_path: Path) -> None:
     """``python benchmarks/bench_x.py`` finds its package as ``python -m`` does."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_serdes.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--help"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python_in(tmp_path, str(script), "--help")
     assert "usage: bench_serdes" in done.stdout
 
 
@@ -264,13 +256,14 @@ def test_a_benchmark_loaded_by_the_command_is_importable_in_its_spawned_processe
     )
     script = tmp_path / "spawns.py"
     script.write_text(code)
+    assert _python_in(tmp_path, str(script)).stdout.strip() == "benchmarks.run_all"
+
+
+def _python_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run this interpreter on ``args`` from ``folder`` (not the checkout); it must succeed."""
     done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, *args], cwd=folder, capture_output=True, text=True, timeout=120,
         check=False,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "benchmarks.run_all"
+    return done
