@@ -139,11 +139,7 @@ class ArchiveOffsets:
 
         Caller: ``Archiver`` on a recreated topic. Affects: the group's committed offsets.
         """
-        starts: dict[TP, int] = {}
-        for name in streams:
-            parts = [p for topic, p in self._partitions if topic == name]
-            found = log_starts(self.consumer, name, parts, cluster=self._cluster)
-            starts.update(((name, p), start) for p, start in found.items())
+        starts = self._starts(self._parts_of(streams))
         self.forget(sorted({t for t, _ in starts}))
         if starts:
             self._commit(starts)
@@ -261,9 +257,7 @@ class ArchiveOffsets:
                 out[(tp.topic, tp.partition)] = int(tp.offset)
             else:
                 missing.setdefault(tp.topic, []).append(tp.partition)
-        for topic, parts in missing.items():
-            for p, start in log_starts(self.consumer, topic, parts, cluster=self._cluster).items():
-                out[(topic, p)] = start
+        out.update(self._starts(missing))
         return out
 
     def refresh(self) -> dict[TP, int]:
@@ -281,12 +275,23 @@ class ArchiveOffsets:
             return {}
 
     def ends(self) -> dict[TP, int]:
-        ends: dict[TP, int] = {}
-        for name in self._streams:
-            parts = [p for topic, p in self._partitions if topic == name]
-            for p, end in log_ends(self._cluster, name, parts).items():
-                ends[(name, p)] = end
-        return ends
+        return {
+            (name, p): end
+            for name, parts in self._parts_of(self._streams).items()
+            for p, end in log_ends(self._cluster, name, parts).items()
+        }
+
+    def _parts_of(self, streams: Iterable[str]) -> dict[str, list[int]]:
+        """The partitions of each of ``streams`` the archiver reads."""
+        return {name: [p for topic, p in self._partitions if topic == name] for name in streams}
+
+    def _starts(self, parts: Mapping[str, list[int]]) -> dict[TP, int]:
+        """The log start of each of ``parts`` (per topic), through the run's consumer."""
+        return {
+            (topic, p): start
+            for topic, wanted in parts.items()
+            for p, start in log_starts(self.consumer, topic, wanted, cluster=self._cluster).items()
+        }
 
 
 def log_commit_errors(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
