@@ -95,7 +95,7 @@ class TierWriter:
     Args:
         cluster: Where the tiers live.
         transactional_id: The producer's ``transactional.id`` (one per receiver).
-        group_metadata: The subscriber's consumer's group metadata, read for each round.
+        group_metadata: The subscriber's consumer's group metadata, read as each round starts.
         offsets: What each round confirms (the tiers' positions).
         fence: Held by a refused generation, let go by a committed round.
         held: The source partitions whose tiers are read now (all of them wait when the
@@ -248,6 +248,11 @@ class TierWriter:
 
     def _round(self, batch: list[Write], proof: bool) -> None:
         started = time.monotonic()
+        # The generation first, then the offsets: offsets computed under an assignment that
+        # a rebalance has replaced meanwhile go out with the generation before it, which the
+        # group refuses (read after them, a revoke and re-assignment during the round would
+        # let them pass, behind the next load's lookups).
+        metadata = self._group_metadata()
         offsets, after = self._offsets({w.partition for w in batch}, proof or bool(batch))
         if not offsets:
             if batch:  # no offset to fence them by: their partitions went meanwhile
@@ -262,7 +267,7 @@ class TierWriter:
         try:
             for write in batch:
                 self._produce(write)
-            txn.confirm(lambda: (offsets, self._group_metadata(), after))
+            txn.confirm(lambda: (offsets, metadata, after))
         except BaseException as exc:
             try:
                 txn.abort()
