@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_eos, bench_facade, bench_load, bench_outbox, bench_producer, run_all
+from benchmarks import (
+    bench_eos,
+    bench_facade,
+    bench_load,
+    bench_outbox,
+    bench_producer,
+    profiles,
+    run_all,
+)
 from bolide.cli.main import main as cli_main
 from bolide.facade import Cluster
 
@@ -267,3 +275,29 @@ def _python_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done
+
+
+def test_profile_hotspots_add_up_a_function_and_name_its_hottest_line() -> None:
+    raw = [
+        "main (x.py:1);f (a.py:10) 3",
+        "main (x.py:1);f (a.py:12) 5",
+        "main (x.py:1);g (b.py:2) 2",
+        "not a stack",
+    ]
+    total, spots = profiles.hotspots(raw, top=5)
+    assert total == 10
+    assert spots == [profiles.Hotspot("f", "a.py:12", 0.8), profiles.Hotspot("g", "b.py:2", 0.2)]
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_profiles_sample_a_path_during_its_timed_phase(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if cluster.settings:
+        pytest.skip("the profiles' --bootstrap carries no security settings")
+    args = ["--only", "publish_many", "--count", "20000", "--rate", "500"]
+    assert profiles.main([*args, "--bootstrap", cluster.bootstrap_servers]) == 0
+    out = capsys.readouterr().out
+    assert "## publish_many:" in out and "| share | function | where |" in out
+    assert "facade/" in out  # the samples land in bolide's own code, named by file and line
