@@ -19,7 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 
-from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import OffsetSpec
 
 from bolide.facade.consumer.ledger import decode_finished
@@ -205,6 +212,9 @@ class TierReader:
         for topic in self._topics:
             with self.lock:
                 self._consumer.list_topics(topic, timeout=wait_s)
+            # The admin client's too: it sends each lookup of a log end to the leader it last
+            # heard of, and a leader that died never answers to correct it.
+            self._admin.list_topics(topic, timeout=wait_s)
         serve()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in tps:
@@ -222,14 +232,25 @@ class TierReader:
         consumer's own watermark is the last stable offset, before them).
 
         Raises:
-            KafkaException: A lookup failed.
+            KafkaException: A lookup failed. librdkafka answers a partition whose leader did
+                not reply with no error and no offset (-1001); taken as an end, it would
+                let the partition's records run before its tiers were read.
         """
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # the client's stubs
         asked = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
         futures = self._admin.list_offsets(
             asked, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=wait_s
         )
-        return {(tp.topic, tp.partition): f.result(wait_s).offset for tp, f in futures.items()}
+        ends = {(tp.topic, tp.partition): f.result(wait_s).offset for tp, f in futures.items()}
+        unanswered = sorted(f"{t}[{p}]" for (t, p), end in ends.items() if end < 0)
+        if unanswered:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"the log end of {', '.join(unanswered)} is unknown: no answer of its leader",
+                )
+            )
+        return ends
 
     def read(self) -> bool:
         """One read of the tiers: each copy read goes on the shelf before the lock is let go

@@ -90,3 +90,55 @@ def test_a_tier_stream_has_its_sources_replicas_and_outlives_a_broker(
             eventually(lambda: committed(trio.cluster(), group, stream.name) == {0: 40}, 60)
         finally:
             trio.start_node(leader)
+
+
+def test_a_load_waits_for_a_tier_whose_leader_died_since_its_last_lookup(
+    trio: EmbeddedBroker,  # noqa: F811
+):
+    """Found by the fault campaign (``par``): a member loads its tiers (their leaders looked up
+    and cached), a tier partition's leader dies and another takes over, and the member gets
+    its partition again. librdkafka sends the lookup of the tier's log end to the dead leader
+    it cached and answers, once that times out, with no error and no offset; the load took it
+    for an empty tier and let the partition go on before the key's parked copy was read, so
+    the key's next record ran before it. The load now fails and is tried again, and the
+    member asks the cluster for the tiers' leaders first: the key keeps its order."""
+    cluster = trio.cluster()
+    stream = StreamConfig(
+        name="tier-leader-died", partitions=1, global_order=False, replication_factor=3,
+        min_insync_replicas=2,
+    )  # fmt: skip
+    tiers = [RetryTier(delay_s=25.0)]  # the copy runs after the reload below
+    lock = threading.Lock()
+    calls: list[int] = []
+
+    def handler(record: Record) -> None:
+        with lock:
+            calls.append(record.offset or 0)
+            first = calls.count(0) == 1
+        if record.offset == 0 and first:
+            raise RuntimeError("k@0's first call fails: k is parked in the tier")
+
+    group = "tier-leader-died"
+    config = SubscriberConfig(
+        stream=stream, group=group, lease_timeout_ms=6_000,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+    )  # fmt: skip
+    with (
+        Publisher(cluster, PublisherConfig(stream=stream)) as pub,
+        Subscriber(cluster, config) as sub,
+    ):
+        sub.attach_receiver(handler, concurrency=2, retry=Retry(attempts=1, tiers=tiers))
+        pub.publish_async(Record(b"0", key=b"k")).result(60)
+        eventually(lambda: committed(cluster, group, stream.name) == {0: 1}, 60)  # in the tier
+        tier = tiers[0].stream_for(stream.name)
+        leader = replicas(trio, tier)[0][0]
+        trio.kill_node(leader)
+        try:
+            eventually(lambda: replicas(trio, tier)[0][0] not in (leader, -1), 60)
+            sub.deactivate()
+            pub.publish_async(Record(b"1", key=b"k")).result(60)
+            sub.reactivate()  # the same member loads the tiers again
+            eventually(lambda: 1 in calls, 120)
+        finally:
+            trio.start_node(leader)
+    assert calls == [0, 0, 1], "k@1 ran before k@0's parked copy"
