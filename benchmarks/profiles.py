@@ -30,16 +30,19 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._common import DEFAULT_PG, broker_cluster
+from benchmarks._common import DEFAULT_PG, bench_databases, broker_cluster
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 
 __all__ = ["PATHS", "Hotspot", "hotspots", "main"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 _PAYLOAD = b"x" * 100
+#: ``fn(cluster, count, stack)``: sets a path up and returns its timed phase.
+Path_ = Callable[[Cluster, int, ExitStack], Callable[[], float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,51 +92,55 @@ def _publishing(cluster: Cluster, count: int, many: bool) -> Callable[[], float]
     return phase
 
 
-def _poll(cluster: Cluster, count: int) -> Callable[[], float]:
+def _poll(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[], float]:
     from benchmarks.bench_facade import bolide_poll
 
     stream = _published(cluster, count)
     return lambda: bolide_poll(cluster, stream, count)
 
 
-def _poll_grouped(cluster: Cluster, count: int) -> Callable[[], float]:
+def _poll_grouped(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[], float]:
     from benchmarks.bench_facade import bolide_poll_grouped
 
     stream = _published(cluster, count)
     return lambda: bolide_poll_grouped(cluster, stream, count)
 
 
-def _archive(url: Callable[[str], str]) -> Callable[[Cluster, int], Callable[[], float]]:
-    def prepare(cluster: Cluster, count: int) -> Callable[[], float]:
+def _archive(database: str) -> Path_:
+    def prepare(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[], float]:
         from benchmarks.bench_store import archive_stream
         from bolide.stores import SqlStore
 
-        stream = _published(cluster, count, headers=2)
-        folder = tempfile.mkdtemp(prefix="bolide-profile-")
-        store = SqlStore(url(folder))
-        store.upgrade()
-        return lambda: archive_stream(cluster, store, stream, 1000)[0]
+        stream = _published(cluster, count, headers=1)
+        pg = os.environ.get("BOLIDE_BENCH_PG", DEFAULT_PG) if database == "postgresql" else None
+        dbs = stack.enter_context(bench_databases(pg, "profiles", sqlite=pg is None))
+        if not dbs:
+            raise SystemExit(f"profiles: no {database} to archive into")
+        store = stack.enter_context(SqlStore(dbs[0][1]))
+        return lambda: archive_stream(cluster, store, stream, 2000)[0]
 
     return prepare
 
 
-#: The paths, by name: ``fn(cluster, count)`` sets one up and returns its timed phase.
-PATHS: dict[str, Callable[[Cluster, int], Callable[[], float]]] = {
-    "publish_async": lambda cluster, count: _publishing(cluster, count, many=False),
-    "publish_many": lambda cluster, count: _publishing(cluster, count, many=True),
+#: The paths, by name: ``fn(cluster, count, stack)`` sets one up (what it opens goes on
+#: ``stack``) and returns its timed phase.
+PATHS: dict[str, Path_] = {
+    "publish_async": lambda cluster, count, _: _publishing(cluster, count, many=False),
+    "publish_many": lambda cluster, count, _: _publishing(cluster, count, many=True),
     "poll": _poll,
     "poll_grouped": _poll_grouped,
-    "archive_sqlite": _archive(lambda folder: f"sqlite:///{folder}/history.db"),
-    "archive_pg": _archive(lambda folder: os.environ.get("BOLIDE_BENCH_PG", DEFAULT_PG)),
+    "archive_sqlite": _archive("sqlite"),
+    "archive_pg": _archive("postgresql"),
 }
 
 
 def _target(name: str, bootstrap: str, count: int) -> None:
     """The sampled process: set ``name`` up, wait for the go, run its phase, print its rate."""
-    phase = PATHS[name](Cluster(bootstrap), count)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    print(f"{phase():.0f}", flush=True)
+    with ExitStack() as stack:
+        phase = PATHS[name](Cluster(bootstrap), count, stack)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        print(f"{phase():.0f}", flush=True)
 
 
 def hotspots(raw: Iterable[str], top: int) -> tuple[int, list[Hotspot]]:
