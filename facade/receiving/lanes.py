@@ -351,17 +351,34 @@ class Board:
                 self.dead_lettered += 1
             elif outcome == "failed":
                 self.failed += 1
-            if not track.revoked and item.lane is not NO_LANE:
-                waiting = track.lanes.get(item.lane)
-                if waiting:
-                    nxt = waiting.popleft()
-                    self.ready.append(nxt)
-                elif waiting is not None:
-                    del track.lanes[item.lane]
-            if nxt is not None:
-                self.cond.notify()
+            nxt = self._pass(item)
         if nxt is not None and self.on_ready is not None:
             self.on_ready()
+
+    def pass_lane(self, item: Item) -> None:
+        """The next record of ``item``'s lane may run now, before ``item`` is finished: its
+        place in its key's order is kept elsewhere (a copy queued behind the key's parked
+        records). ``finish`` then only marks its offset."""
+        with self.cond:
+            nxt = self._pass(item)
+        if nxt is not None and self.on_ready is not None:
+            self.on_ready()
+
+    def _pass(self, item: Item) -> Item | None:
+        """Hand ``item``'s lane to its next record (once: the item keeps no lane after)."""
+        track, lane = item.track, item.lane
+        item.lane = NO_LANE
+        if track.revoked or lane is NO_LANE:
+            return None
+        waiting = track.lanes.get(lane)
+        if not waiting:
+            if waiting is not None:
+                del track.lanes[lane]
+            return None
+        nxt = waiting.popleft()
+        self.ready.append(nxt)
+        self.cond.notify()
+        return nxt
 
     def later(self, item: Item, delay_s: float, *, retry: bool = True) -> None:
         """Run ``item`` again after ``delay_s`` (it keeps its lane); a revoked one is dropped."""

@@ -69,7 +69,10 @@ class Runner:
         error = item.error
         tiers = self._tiers
         if error is None and tiers is not None and tiers.divert(item.record, self._copied(item)):
-            return  # its key is parked in a retry tier: it waits there, behind the key's head
+            # Its key is parked in a retry tier: it waits there, behind the key's head, and its
+            # copy is queued behind the key's earlier ones, so the key's next record may come.
+            self._board.pass_lane(item)
+            return
         if item.track.settled:
             # Its partition was given up since it was taken (the shelf let go of its parked
             # keys too): the next owner reads it again, behind whatever its key has parked.
@@ -139,6 +142,7 @@ class Runner:
         attempts = max(item.attempt, 1)
         if self._tiers is not None:
             self._tiers.shelve(record, attempts, self._copied(item))
+            self._board.pass_lane(item)  # its key is parked: its next records queue behind it
             return None
         if sink is None:
             summary = f"receiver handler failed on {record!r} after {attempts} attempts"
@@ -158,9 +162,11 @@ class Runner:
         )
 
     def _copied(self, item: Item) -> Callable[[BaseException | None], None]:
-        """What to do once a record's copy is in its retry tier: it is finished. A copy that
-        cannot be written stops the receiver (the tiers' writer tries again until the broker
-        refuses it for good): the record stays unfinished, never confirmed, read again."""
+        """What to do once a record's copy is in its retry tier (committed): it is finished,
+        and may be confirmed past (its lane was passed on when the copy was queued). A copy
+        that cannot be written stops the receiver (the tiers' writer tries again until the
+        broker refuses it for good): the record stays unfinished, never confirmed, read
+        again."""
 
         def copied(error: BaseException | None) -> None:
             if error is None:

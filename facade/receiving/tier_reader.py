@@ -42,6 +42,7 @@ __all__ = ["OURS", "Point", "TierReader"]
 log = logging.getLogger("bolide.facade.parallel")
 
 READ_S = 0.05  # longest wait of one read of the tiers (a stop is seen within it)
+_READ_MAX = 500  # copies taken in one read, at most
 #: The headers the tiers add to a copy (the handler never sees them).
 OURS = frozenset((ORIGIN_HEADER, ATTEMPTS_HEADER, WRITER_HEADER))
 
@@ -259,7 +260,11 @@ class TierReader:
         if not self.loaded:
             return True
         with self.lock:
-            msgs = self._consumer.consume(500, timeout=READ_S)
+            # The wait ends with the first copy (a batch's size alone would end it), the rest
+            # of what is there comes without one.
+            msgs = self._consumer.consume(1, timeout=READ_S)
+            if msgs:
+                msgs += self._consumer.consume(_READ_MAX - 1, timeout=0)
             for index, msg in enumerate(msgs):
                 if msg.error() is not None:
                     continue

@@ -65,6 +65,7 @@ GROUP_REFUSALS = frozenset(
 )
 _BACKOFF_S = (0.1, 1.0)  # after a failed round: the first wait, the longest
 _ROUND_MAX = 1_000  # writes in one transaction, at most (the producer's queue holds them)
+_CONFIRM_S = 0.1  # a round of confirms alone starts no sooner than this after the last one
 _RENEWALS, _RENEWAL_WINDOW_S = 5, 60.0  # producers built again within the window, at most
 
 
@@ -150,6 +151,7 @@ class TierWriter:
         self._wanted = False  # a round is asked for even without writes
         self._proof = False  # ... and it must carry offsets
         self._committed_at = 0.0  # monotonic start of the last round that committed
+        self._round_at = 0.0  # monotonic start of the last round
         self._failures = 0  # failed rounds in a row
         self._ended = False  # refused for good, or closed
         self.rounds = 0  # transactions committed
@@ -240,7 +242,14 @@ class TierWriter:
                 batch, proof = self._pending[:_ROUND_MAX], self._proof
                 if not batch and not self._wanted:
                     continue
+                left = self._round_at + _CONFIRM_S - time.monotonic()
+                if not batch and not proof and left > 0:
+                    # Confirms alone wait a little for writes to go with them: a round that
+                    # carries none would hold up the writes queued while it runs.
+                    self._cond.wait_for(lambda: self._ended or bool(self._pending), left)
+                    continue
                 self._wanted = self._proof = False
+                self._round_at = time.monotonic()
             try:
                 self._round(batch, proof)
             except Exception as exc:

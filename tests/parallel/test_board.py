@@ -35,6 +35,32 @@ def test_a_key_runs_one_record_at_a_time_in_offset_order():
     assert board.in_flight == 3 and board.finished == 2
 
 
+def test_a_lane_passed_on_lets_the_next_record_run_while_the_offset_stays_unfinished():
+    board = Board(lambda r: r.key)
+    board.add([rec(0), rec(1), rec(2)])
+    (first,) = drain(board)
+    board.pass_lane(first)  # its copy is queued behind its key's: the key's next may come
+    (second,) = drain(board)
+    assert second.record.offset == 1
+    assert board.tracks[0].safe() is None  # nothing is finished: the position stays
+    board.pass_lane(first)  # once only: a second pass hands nothing on
+    assert drain(board) == []
+    board.finish(first)  # the copy committed: its offset is finished, no lane handed on
+    assert drain(board) == [] and board.tracks[0].safe() == 0
+    board.finish(second)
+    assert [i.record.offset for i in drain(board)] == [2]
+    assert board.tracks[0].safe() == 1 and board.in_flight == 1
+
+
+def test_a_record_finished_before_its_lane_is_passed_hands_its_lane_on_once():
+    board = Board(lambda r: r.key)
+    board.add([rec(0), rec(1), rec(2)])
+    (first,) = drain(board)
+    board.finish(first)  # a copy committed before the worker passed the lane on
+    board.pass_lane(first)
+    assert [i.record.offset for i in drain(board)] == [1]
+
+
 def test_safe_offset_is_the_highest_finished_prefix_whatever_the_finish_order():
     rng = random.Random(1)
     board = Board(lambda r: NO_LANE)
