@@ -1,13 +1,15 @@
-"""The history pages' per-row work: database rows made into records and their headers grouped.
+"""The history's per-row work: records made into insert rows, and database rows made into
+records with their headers grouped.
 
 Written in Cython's pure-Python mode, as ``bolide.facade._record_cy`` is: setup.py compiles it
 where a C compiler is at hand, and it runs as it is otherwise (``bolide.facade._cext``).
-``bolide.stores._pages.read_page`` calls it once per page.
+``bolide.stores._pages.read_page`` calls it once per page, ``SqlStore.store_all`` (the
+archiver's writes) once per batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bolide.facade.record import Headers, Record, trusted_record
@@ -22,7 +24,7 @@ else:
     except ModuleNotFoundError:  # Cython is a build requirement only: this is the Python one
         _COMPILED = False
 
-__all__ = ["group_headers", "is_compiled", "records_from_rows"]
+__all__ = ["group_headers", "insert_rows", "is_compiled", "records_from_rows"]
 
 
 def is_compiled() -> bool:
@@ -68,3 +70,60 @@ def records_from_rows(
             )
         )
     return out
+
+
+def insert_rows(
+    stream: str,
+    key: str,
+    records: Iterable[Record],
+    rows: list[Any],
+    headers: list[Any],
+    mark: str,
+    escape: Callable[[str], str],
+    check: Callable[[str, object], object],
+) -> None:
+    """Append the insert rows of ``records`` to ``rows`` and ``headers`` under the topic
+    incarnation's ``key``: ``(key, partition, offset, timestamp_ms, record key, payload)`` and
+    ``(key, partition, offset, index, name, value)``. The first occurrence of a (partition,
+    offset) wins; a header name holding U+0000 or starting with ``mark`` goes through
+    ``escape``; ``check(what, value)`` raises for a partition or offset that is not a
+    non-negative int.
+
+    Raises:
+        TypeError: An item of ``records`` is not a ``Record``.
+        ValueError: A record has no partition or offset, or belongs to another stream.
+    """
+    seen: set[tuple[int, int]] = set()
+    append, extend = rows.append, headers.extend
+    for rec in records:
+        if type(rec) is not Record and not isinstance(rec, Record):
+            raise TypeError(f"records must hold Record objects, not {type(rec).__name__}")
+        partition, offset = rec.partition, rec.offset
+        if partition is None or offset is None:
+            raise ValueError(f"records: {rec!r} has no partition/offset; publish it first")
+        if rec.stream is not None and rec.stream != stream:
+            raise ValueError(f"records: {rec!r} belongs to stream {rec.stream!r}, not {stream!r}")
+        if type(partition) is not int or partition < 0:
+            check("record partition", partition)
+        if type(offset) is not int or offset < 0:
+            check("record offset", offset)
+        where = (partition, offset)
+        if where in seen:
+            continue
+        seen.add(where)
+        append((key, partition, offset, rec.timestamp_ms, rec.key, rec.data))
+        pairs = rec.headers
+        if pairs:
+            extend(
+                [
+                    (
+                        key,
+                        partition,
+                        offset,
+                        i,
+                        escape(name) if "\x00" in name or name[:1] == mark else name,
+                        value,
+                    )
+                    for i, (name, value) in enumerate(pairs)
+                ]
+            )

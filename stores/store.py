@@ -25,6 +25,7 @@ from bolide.facade.validate import check_int
 from bolide.stores import _migrate, incarnations
 from bolide.stores._pages import ESCAPED_NAME_MARK as ESCAPED_NAME_MARK
 from bolide.stores._pages import read_page, stored_name
+from bolide.stores._rows_cy import insert_rows
 from bolide.stores._search import Search, search_records
 from bolide.stores.dialects import (
     DIALECTS,
@@ -553,29 +554,7 @@ def _rows(
     """
     if isinstance(records, Record) or not isinstance(records, Iterable):
         raise TypeError("records must be a sequence of Record")
-    seen: set[tuple[int, int]] = set()
-    for rec in records:
-        if type(rec) is not Record and not isinstance(rec, Record):
-            raise TypeError(f"records must hold Record objects, not {type(rec).__name__}")
-        partition, offset = rec.partition, rec.offset
-        if partition is None or offset is None:
-            raise ValueError(f"records: {rec!r} has no partition/offset; publish it first")
-        if rec.stream is not None and rec.stream != stream:
-            raise ValueError(f"records: {rec!r} belongs to stream {rec.stream!r}, not {stream!r}")
-        if type(partition) is not int or partition < 0:
-            check_int("record partition", partition)
-        if type(offset) is not int or offset < 0:
-            check_int("record offset", offset)
-        where = (partition, offset)
-        if where in seen:
-            continue
-        seen.add(where)
-        rows.append((key, partition, offset, rec.timestamp_ms, rec.key, rec.data))
-        if rec.headers:
-            headers += [
-                (key, partition, offset, i, stored_name(name), value)
-                for i, (name, value) in enumerate(rec.headers)
-            ]
+    insert_rows(stream, key, records, rows, headers, ESCAPED_NAME_MARK, stored_name, check_int)
 
 
 def _only(batches: Mapping[str, Sequence[Record]]) -> str | None:
