@@ -75,35 +75,66 @@ def executor_store_url(spark: SparkSession, store: str | SqlStore) -> str:
 
 
 def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
-    """Records (with stream, position, timestamp, message group) from Kafka-schema Arrow rows."""
+    """Records (with stream, position, timestamp, message group) from Kafka-schema Arrow rows.
+
+    Each column is converted in one call (numbers through NumPy, bytes and strings through
+    Arrow's own conversion, the headers flattened once): converting value by value costs
+    more than storing the rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if table.num_rows == 0:
         return {}
-    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-    out: dict[str, list[Record]] = {}
-    columns = [table.column(n).to_pylist() for n in ("topic", "partition", "offset", "key")]
-    values = table.column("value").to_pylist()
-    headers = (
-        table.column("headers").to_pylist()
-        if "headers" in table.column_names
-        else [None] * table.num_rows
+    millis = _column(pc.divide(table.column("timestamp").cast(pa.int64()), 1000))
+    topics, partitions, offsets, keys, values = (
+        _column(table.column(n)) for n in ("topic", "partition", "offset", "key", "value")
     )
+    headers = (
+        _headers(table.column("headers"))
+        if "headers" in table.column_names
+        else [[] for _ in range(table.num_rows)]
+    )
+    out: dict[str, list[Record]] = {}
     # Arrow gives bytes for binary columns; the trusted constructor also reads the message group.
     for topic, partition, offset, key, value, pairs, ms in zip(
-        *columns, values, headers, millis, strict=True
+        topics, partitions, offsets, keys, values, headers, millis, strict=True
     ):
         record = trusted_record(
-            value,  # None stays None: a tombstone
-            key,
-            [(h["key"], h["value"] or b"") for h in pairs] if pairs else [],
-            topic,
-            partition,
-            offset,
-            ms,
-        )
+            value, key, pairs, topic, partition, offset, ms
+        )  # None: a tombstone
         out.setdefault(topic, []).append(record)
+    return out
+
+
+def _column(column: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """``column`` as Python values, ``None`` for nulls: NumPy's ``tolist`` for numbers
+    without nulls, Arrow's conversion to NumPy objects otherwise (both far cheaper than
+    ``to_pylist``, which makes a scalar per value)."""
+    import pyarrow as pa
+
+    if (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)) and (
+        column.null_count == 0
+    ):
+        return list(column.to_numpy().tolist())
+    return list(column.to_numpy(zero_copy_only=False))
+
+
+def _headers(column: pa.ChunkedArray) -> list[list[tuple[str, bytes]]]:
+    """Each row's headers as ``(name, value)`` pairs (a null value as ``b""``), from Kafka's
+    ``array<struct<key, value>>`` column flattened once (a null list has none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    flat = lists.flatten()  # every row's structs, in order; none for a null list
+    names = _column(flat.field("key"))
+    values = [b"" if v is None else v for v in _column(flat.field("value"))]
+    pairs = list(zip(names, values, strict=True))
+    out: list[list[tuple[str, bytes]]] = []
+    at = 0
+    for n in pc.list_value_length(lists).fill_null(0).to_numpy().tolist():
+        out.append(pairs[at : at + n])
+        at += n
     return out
 
 
