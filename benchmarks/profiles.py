@@ -122,6 +122,47 @@ def _archive(database: str) -> Path_:
     return prepare
 
 
+def _spark_write(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[], float]:
+    """What a Spark executor's task of the archive job runs per Arrow batch (the job's
+    ``mapInArrow`` function, without Spark): Kafka-schema rows made into records, then
+    stored in one transaction per batch of 10,000 (Spark's Arrow batch size)."""
+    import pyarrow as pa
+
+    from bolide.spark._archive import records_by_stream
+    from bolide.stores import SqlStore
+
+    pg = os.environ.get("BOLIDE_BENCH_PG", DEFAULT_PG)
+    dbs = stack.enter_context(bench_databases(pg, "profiles", sqlite=False))
+    if not dbs:
+        raise SystemExit("profiles: no PostgreSQL for spark_write")
+    store = stack.enter_context(SqlStore(dbs[0][1]))
+    n = 10_000
+    stream = f"profile-{uuid.uuid4().hex[:10]}"
+    chunks = [
+        pa.RecordBatch.from_pydict(
+            {
+                "key": [f"key-{i % 100}".encode() for i in range(first, first + n)],
+                "value": [_PAYLOAD] * n,
+                "topic": [stream] * n,
+                "partition": [0] * n,
+                "offset": list(range(first, first + n)),
+                "timestamp": pa.array([1_700_000_000_000_000 + i for i in range(n)],
+                                      pa.timestamp("us")),
+                "headers": [[{"key": "h0", "value": b"value"}]] * n,
+            }
+        )
+        for first in range(0, count, n)
+    ]  # fmt: skip
+
+    def phase() -> float:
+        start = time.perf_counter()
+        for chunk in chunks:
+            store.store_batches(records_by_stream(pa.Table.from_batches([chunk])))
+        return count / (time.perf_counter() - start)
+
+    return phase
+
+
 #: The paths, by name: ``fn(cluster, count, stack)`` sets one up (what it opens goes on
 #: ``stack``) and returns its timed phase.
 PATHS: dict[str, Path_] = {
@@ -131,6 +172,7 @@ PATHS: dict[str, Path_] = {
     "poll_grouped": _poll_grouped,
     "archive_sqlite": _archive("sqlite"),
     "archive_pg": _archive("postgresql"),
+    "spark_write": _spark_write,
 }
 
 
