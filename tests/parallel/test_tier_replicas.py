@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from bolide.facade import (
+    Cluster,
     EmbeddedBroker,
     InitialOffsetScheme,
     Publisher,
@@ -40,6 +41,15 @@ def replicas(broker: EmbeddedBroker, topic: str) -> dict[int, tuple[int, int]]:
     return {p: (info.leader, len(info.replicas)) for p, info in parts.items()}
 
 
+def member(cluster: Cluster, stream: StreamConfig, group: str) -> Subscriber:
+    """A member of ``group`` reading ``stream`` from its start, with a 6 s lease."""
+    config = SubscriberConfig(
+        stream=stream, group=group, lease_timeout_ms=6_000,
+        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
+    )  # fmt: skip
+    return Subscriber(cluster, config)
+
+
 def test_a_tier_stream_has_its_sources_replicas_and_outlives_a_broker(
     trio: EmbeddedBroker,  # noqa: F811
 ):
@@ -66,13 +76,9 @@ def test_a_tier_stream_has_its_sources_replicas_and_outlives_a_broker(
             pub.publish_async(Record(b"%d" % i, key=b"k%d" % (i % 4)))
         assert pub.flush(60) == 0
 
-    config = SubscriberConfig(
-        stream=stream, group=group, lease_timeout_ms=6_000,
-        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
-    )  # fmt: skip
     with (
         Publisher(cluster, PublisherConfig(stream=stream)) as pub,
-        Subscriber(cluster, config) as sub,
+        member(cluster, stream, group) as sub,
     ):
         sub.attach_receiver(
             handler, concurrency=4, retry=Retry(attempts=1, backoff_s=0, tiers=TIERS)
@@ -119,13 +125,9 @@ def test_a_load_waits_for_a_tier_whose_leader_died_since_its_last_lookup(
             raise RuntimeError("k@0's first call fails: k is parked in the tier")
 
     group = "tier-leader-died"
-    config = SubscriberConfig(
-        stream=stream, group=group, lease_timeout_ms=6_000,
-        initial_offset_scheme=InitialOffsetScheme.EARLIEST,
-    )  # fmt: skip
     with (
         Publisher(cluster, PublisherConfig(stream=stream)) as pub,
-        Subscriber(cluster, config) as sub,
+        member(cluster, stream, group) as sub,
     ):
         sub.attach_receiver(handler, concurrency=2, retry=Retry(attempts=1, tiers=tiers))
         pub.publish_async(Record(b"0", key=b"k")).result(60)
