@@ -163,6 +163,15 @@ def _spark_write(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[],
     return phase
 
 
+def _meteor(cluster: Cluster, count: int, stack: ExitStack) -> Callable[[], float]:
+    """Meteor's shape (``bench_meteor``): 4 publishers and 16 subscribers in one process,
+    ``count`` records in all; its rate is deliveries/s (the subscribers' set-up, mostly
+    waiting for the broker, falls in the phase)."""
+    from benchmarks.bench_meteor import one_run
+
+    return lambda: one_run(cluster, "bolide", 4, 16, count // 4)
+
+
 #: The paths, by name: ``fn(cluster, count, stack)`` sets one up (what it opens goes on
 #: ``stack``) and returns its timed phase.
 PATHS: dict[str, Path_] = {
@@ -170,6 +179,7 @@ PATHS: dict[str, Path_] = {
     "publish_many": lambda cluster, count, _: _publishing(cluster, count, many=True),
     "poll": _poll,
     "poll_grouped": _poll_grouped,
+    "meteor": _meteor,
     "archive_sqlite": _archive("sqlite"),
     "archive_pg": _archive("postgresql"),
     "spark_write": _spark_write,
@@ -232,7 +242,7 @@ def _profile(name: str, bootstrap: str, count: int, rate: int, top: int) -> str:
         target.wait(600)
         sampler.wait(60)
         samples, spots = hotspots(Path(out.name).read_text().splitlines(), top)
-    lines = [f"## {name}: {measured} records/s under the sampler, {samples} samples", ""]
+    lines = [f"## {name}: {measured}/s under the sampler, {samples} samples", ""]
     lines += ["| share | function | where |", "|--:|---|---|"]
     lines += [f"| {s.share:.1%} | `{s.function}` | {s.where} |" for s in spots]
     return "\n".join(lines)
