@@ -37,7 +37,7 @@ from typing import Any
 from benchmarks._common import DEFAULT_PG, bench_databases, broker_cluster
 from bolide.facade import Cluster, Publisher, PublisherConfig, Record, StreamConfig
 
-__all__ = ["PATHS", "Hotspot", "hotspots", "main"]
+__all__ = ["PATHS", "Hotspot", "hotspots", "main", "sampler_path"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 _PAYLOAD = b"x" * 100
@@ -216,8 +216,16 @@ def hotspots(raw: Iterable[str], top: int) -> tuple[int, list[Hotspot]]:
     return total, spots
 
 
+def sampler_path() -> str | None:
+    """py-spy's executable: on the path, or beside this Python (a virtualenv not activated)."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
 def _profile(name: str, bootstrap: str, count: int, rate: int, top: int) -> str:
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    spy = sampler_path()
+    if spy is None:
+        raise SystemExit("profiles: py-spy is not installed (pip install py-spy)")
     command = [sys.executable, "-m", "benchmarks.profiles", "--target", name, "-b", bootstrap,
                "--count", str(count)]  # fmt: skip
     with (
@@ -240,7 +248,10 @@ def _profile(name: str, bootstrap: str, count: int, rate: int, top: int) -> str:
         target.stdin.flush()
         measured = target.stdout.readline().strip()
         target.wait(600)
-        sampler.wait(60)
+        if sampler.wait(60) != 0:
+            raise SystemExit(
+                f"profiles: py-spy could not sample {name} (exit {sampler.returncode})"
+            )
         samples, spots = hotspots(Path(out.name).read_text().splitlines(), top)
     lines = [f"## {name}: {measured}/s under the sampler, {samples} samples", ""]
     lines += ["| share | function | where |", "|--:|---|---|"]

@@ -108,13 +108,14 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
 
 def _column(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     """``column`` as Python values, ``None`` for nulls: NumPy's ``tolist`` for numbers
-    without nulls, Arrow's conversion to NumPy objects otherwise (both far cheaper than
-    ``to_pylist``, which makes a scalar per value)."""
+    without nulls, Arrow's conversion to NumPy objects for bytes and strings (both far cheaper
+    than ``to_pylist``, which makes a scalar per value); numbers with nulls (never in Kafka's
+    schema) through ``to_pylist``, which NumPy would turn into floats."""
     import pyarrow as pa
 
-    if (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)) and (
-        column.null_count == 0
-    ):
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        if column.null_count:
+            return list(column.to_pylist())
         return list(column.to_numpy().tolist())
     return list(column.to_numpy(zero_copy_only=False))
 

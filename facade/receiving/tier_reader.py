@@ -213,10 +213,11 @@ class TierReader:
         for topic in self._topics:
             with self.lock:
                 self._consumer.list_topics(topic, timeout=wait_s)
+            serve()
             # The admin client's too: it sends each lookup of a log end to the leader it last
             # heard of, and a leader that died never answers to correct it.
             self._admin.list_topics(topic, timeout=wait_s)
-        serve()
+            serve()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in tps:
             with self.lock:

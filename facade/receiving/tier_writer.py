@@ -246,7 +246,9 @@ class TierWriter:
                 if not batch and not proof and left > 0:
                     # Confirms alone wait a little for writes to go with them: a round that
                     # carries none would hold up the writes queued while it runs.
-                    self._cond.wait_for(lambda: self._ended or bool(self._pending), left)
+                    self._cond.wait_for(
+                        lambda: self._ended or bool(self._pending) or self._proof, left
+                    )
                     continue
                 self._wanted = self._proof = False
                 self._round_at = time.monotonic()

@@ -113,7 +113,7 @@ def test_a_load_waits_for_a_tier_whose_leader_died_since_its_last_lookup(
         name="tier-leader-died", partitions=1, global_order=False, replication_factor=3,
         min_insync_replicas=2,
     )  # fmt: skip
-    tiers = [RetryTier(delay_s=25.0)]  # the copy runs after the reload below
+    tiers = [RetryTier(delay_s=40.0)]  # the copy runs after the reload below
     lock = threading.Lock()
     calls: list[int] = []
 
