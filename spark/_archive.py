@@ -95,13 +95,12 @@ def records_by_stream(table: pa.Table) -> dict[str, list[Record]]:
         else [[] for _ in range(table.num_rows)]
     )
     out: dict[str, list[Record]] = {}
-    # Arrow gives bytes for binary columns; the trusted constructor also reads the message group.
+    # Arrow gives bytes for binary columns (a None value stays None: a tombstone); the trusted
+    # constructor also reads the message group.
     for topic, partition, offset, key, value, pairs, ms in zip(
         topics, partitions, offsets, keys, values, headers, millis, strict=True
     ):
-        record = trusted_record(
-            value, key, pairs, topic, partition, offset, ms
-        )  # None: a tombstone
+        record = trusted_record(value, key, pairs, topic, partition, offset, ms)
         out.setdefault(topic, []).append(record)
     return out
 
